@@ -1,0 +1,81 @@
+package branches
+
+import (
+	"time"
+)
+
+// BranchID names a branch for its whole life; NFS handles and fsids carry it.
+// IDs are never reused.
+type BranchID uint64
+
+// State is a branch's lifecycle state.
+type State string
+
+const (
+	StateLive        State = "live"
+	StateInvalidated State = "invalidated" // a sibling committed first
+	StateCommitted   State = "committed"   // merged into its parent
+	StateAborted     State = "aborted"
+)
+
+// Info describes a branch. JSON field names are part of the stable --json
+// output and API.
+type Info struct {
+	ID            BranchID  `json:"id"`
+	Name          string    `json:"name"`
+	Parent        string    `json:"parent,omitempty"` // "" for main
+	ParentID      BranchID  `json:"parent_id,omitempty"`
+	State         State     `json:"state"`
+	InvalidatedBy string    `json:"invalidated_by,omitempty"` // which commit invalidated it
+	ForkTime      time.Time `json:"fork_time"`
+	ForkedFrom    string    `json:"forked_from,omitempty"` // checkpoint label it was forked from
+	BytesChanged  int64     `json:"bytes_changed"`         // data bytes written since the fork
+	Depth         int       `json:"depth"`                 // 0 for main
+	Checkpoints   []string  `json:"checkpoints,omitempty"`
+	Children      []string  `json:"children,omitempty"` // live children
+}
+
+// CommitResult tells what a commit did.
+type CommitResult struct {
+	Branch      string   `json:"branch"`
+	Parent      string   `json:"parent"`
+	FastPath    bool     `json:"fast_path"` // parent unchanged: pointer swap
+	Changes     int      `json:"changes"`   // paths applied (merge) or changed (fast path)
+	Invalidated []string `json:"invalidated,omitempty"`
+}
+
+// AbortResult tells what an abort removed.
+type AbortResult struct {
+	Aborted []string `json:"aborted"` // the branch and its descendants
+}
+
+// Checkpoint is a frozen, immutable point of a branch.
+type Checkpoint struct {
+	Branch string    `json:"branch"`
+	Label  string    `json:"label"`
+	Time   time.Time `json:"time"`
+}
+
+// ChangeKind classifies one diff entry.
+type ChangeKind string
+
+const (
+	Added    ChangeKind = "added"
+	Modified ChangeKind = "modified"
+	Deleted  ChangeKind = "deleted"
+)
+
+// Change is one changed path of a diff.
+type Change struct {
+	Path  string     `json:"path"`
+	Kind  ChangeKind `json:"kind"`
+	Type  string     `json:"type"`  // file, dir, symlink, fifo, socket, char, block
+	Bytes int64      `json:"bytes"` // data bytes written (added/modified) or removed (deleted)
+}
+
+// Diff lists what a branch changed since its fork point, sorted by path.
+type Diff struct {
+	Branch  string   `json:"branch"`
+	Parent  string   `json:"parent,omitempty"`
+	Changes []Change `json:"changes"`
+}

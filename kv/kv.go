@@ -1,0 +1,76 @@
+package kv
+
+import (
+	"context"
+	"errors"
+)
+
+// Store is an ordered, transactional key-value store. Keys and values are
+// byte strings; keys order bytewise. Implementations must be safe for
+// concurrent use by multiple goroutines.
+type Store interface {
+	// View runs fn in a read-only snapshot transaction. The snapshot is
+	// consistent: it sees every transaction committed before View started and
+	// none committed after.
+	View(ctx context.Context, fn func(Txn) error) error
+	// Update runs fn in a read-write transaction with optimistic concurrency
+	// control. If the transaction conflicts with another committed after it
+	// started, Update retries fn from scratch (so fn must be idempotent and
+	// must not keep state outside the transaction between attempts). The
+	// transaction commits atomically: after a crash either all or none of its
+	// writes are present. An error returned by fn aborts it.
+	Update(ctx context.Context, fn func(Txn) error) error
+	// NewSnapshot opens a long-lived read-only snapshot. The caller must
+	// Discard it.
+	NewSnapshot() Snapshot
+	// Sync makes every committed transaction durable against power loss.
+	Sync(ctx context.Context) error
+	// Size reports the bytes the store occupies on disk (approximate).
+	Size() (int64, error)
+	// Compact runs background space reclamation once (value-log GC and LSM
+	// flattening where supported). It is safe to call concurrently with use.
+	Compact(ctx context.Context) error
+	// Close flushes and closes the store.
+	Close() error
+}
+
+// Snapshot is a read-only transaction that outlives a single callback.
+type Snapshot interface {
+	Txn
+	Discard()
+}
+
+// Txn is one transaction. A Txn must not be used after the callback that
+// received it returns. Slices returned by Get and by iterators are only valid
+// until the transaction ends; copy them to keep them.
+type Txn interface {
+	// Get returns the value of key, or ErrNotFound.
+	Get(key []byte) ([]byte, error)
+	// Has reports whether key exists, without reading its value.
+	Has(key []byte) (bool, error)
+	// Iterate calls fn for every key with the given prefix that is >= start
+	// (start nil means the beginning of the prefix), in ascending order, until
+	// fn returns false or an error. With keysOnly set, the value passed to fn
+	// is nil and values are not read.
+	Iterate(prefix, start []byte, keysOnly bool, fn func(key, value []byte) (bool, error)) error
+	// Set stores key=value. Only in read-write transactions.
+	Set(key, value []byte) error
+	// Delete removes key. Only in read-write transactions.
+	Delete(key []byte) error
+}
+
+var (
+	// ErrNotFound is returned by Txn.Get when the key does not exist.
+	ErrNotFound = errors.New("kv: not found")
+	// ErrReadOnly is returned by Set and Delete in a read-only transaction.
+	ErrReadOnly = errors.New("kv: read-only transaction")
+	// ErrTxnTooBig is returned when a transaction exceeds the store's limits.
+	ErrTxnTooBig = errors.New("kv: transaction too big")
+	// ErrNoSpace is returned when the disk is full; nothing of the failed
+	// transaction is stored.
+	ErrNoSpace = errors.New("kv: no space left on device")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("kv: store closed")
+	// ErrConflict is returned by Update when retries are exhausted.
+	ErrConflict = errors.New("kv: transaction conflict")
+)
