@@ -1,0 +1,182 @@
+package control
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+)
+
+// ErrNoServer is returned by Dial when no server answers on the socket.
+var ErrNoServer = errors.New("control: no server running")
+
+// Client talks to a server's control API over its unix socket. It
+// implements Backend.
+type Client struct {
+	socket string // read only
+	hc     *http.Client
+}
+
+// NewClient returns a client for the socket at path. It does not connect.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConns:    4,
+		IdleConnTimeout: 30 * time.Second,
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// Dial returns a client for the socket at path if a server answers there
+// within timeout, and the server's status. It returns an error matching
+// ErrNoServer when the socket is missing or nobody answers (a stale socket
+// of a killed server).
+func Dial(ctx context.Context, socket string, timeout time.Duration) (*Client, Status, error) {
+	c := NewClient(socket)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		c.Close()
+		var ae *Error
+		if errors.As(err, &ae) {
+			// Something answered, but not as a branchnfs server.
+			return nil, Status{}, fmt.Errorf("control: %s does not answer like a branchnfs server: %w", socket, err)
+		}
+		return nil, Status{}, fmt.Errorf("%w on %s: %v", ErrNoServer, socket, err)
+	}
+	return c, st, nil
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// do sends a request and decodes a 2xx answer into out, or an error body
+// into an error.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://branchnfs"+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("control: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("control: %s %s: reading answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb errorBody
+		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
+			return &Error{Status: resp.StatusCode, Code: CodeInternal,
+				Message: fmt.Sprintf("control: %s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(data))}
+		}
+		return eb.Error.toError(resp.StatusCode)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("control: %s %s: bad answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func branchPath(name, suffix string) string {
+	return "/v1/branches/" + url.PathEscape(name) + suffix
+}
+
+// Status returns the server's status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st)
+	return st, err
+}
+
+// Fork forks parent into a new branch name.
+func (c *Client) Fork(ctx context.Context, parent, name string) (branches.Info, error) {
+	var res ForkResult
+	err := c.do(ctx, http.MethodPost, "/v1/branches", ForkRequest{Parent: parent, Name: name}, &res)
+	return res.Info, err
+}
+
+// ForkCheckpoint forks checkpoint label of parent into a new branch name.
+func (c *Client) ForkCheckpoint(ctx context.Context, parent, label, name string) (branches.Info, error) {
+	var res ForkResult
+	err := c.do(ctx, http.MethodPost, "/v1/branches", ForkRequest{Parent: parent, Name: name, Checkpoint: label}, &res)
+	return res.Info, err
+}
+
+// Commit commits branch name into its parent.
+func (c *Client) Commit(ctx context.Context, name string) (branches.CommitResult, error) {
+	var res branches.CommitResult
+	err := c.do(ctx, http.MethodPost, branchPath(name, "/commit"), nil, &res)
+	return res, err
+}
+
+// Abort discards branch name and its descendants.
+func (c *Client) Abort(ctx context.Context, name string) (branches.AbortResult, error) {
+	var res branches.AbortResult
+	err := c.do(ctx, http.MethodPost, branchPath(name, "/abort"), nil, &res)
+	return res, err
+}
+
+// Checkpoint freezes branch name as label.
+func (c *Client) Checkpoint(ctx context.Context, name, label string) (branches.Checkpoint, error) {
+	var res branches.Checkpoint
+	err := c.do(ctx, http.MethodPost, branchPath(name, "/checkpoints"), LabelRequest{Label: label}, &res)
+	return res, err
+}
+
+// Restore rolls branch name back to checkpoint label.
+func (c *Client) Restore(ctx context.Context, name, label string) error {
+	return c.do(ctx, http.MethodPost, branchPath(name, "/restore"), LabelRequest{Label: label}, nil)
+}
+
+// List returns every branch the store knows.
+func (c *Client) List(ctx context.Context) ([]branches.Info, error) {
+	var res []branches.Info
+	err := c.do(ctx, http.MethodGet, "/v1/branches", nil, &res)
+	return res, err
+}
+
+// Get returns one branch.
+func (c *Client) Get(ctx context.Context, name string) (branches.Info, error) {
+	var res branches.Info
+	err := c.do(ctx, http.MethodGet, branchPath(name, ""), nil, &res)
+	return res, err
+}
+
+// Diff returns what branch name changed since its fork.
+func (c *Client) Diff(ctx context.Context, name string) (branches.Diff, error) {
+	var res branches.Diff
+	err := c.do(ctx, http.MethodGet, branchPath(name, "/diff"), nil, &res)
+	return res, err
+}

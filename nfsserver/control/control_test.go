@@ -1,0 +1,503 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+)
+
+// fakeBackend is a small in-memory model of the branch lifecycle, enough to
+// exercise the API: names, fork, first-commit-wins, abort, checkpoints.
+type fakeBackend struct {
+	mu    sync.Mutex
+	infos map[string]*branches.Info
+	cps   map[string]bool // branch/label
+	next  branches.BranchID
+	fail  error // returned by every call when set
+	panic bool  // every call panics when set
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func newFake() *fakeBackend {
+	return &fakeBackend{
+		infos: map[string]*branches.Info{"main": {ID: 1, Name: "main", State: branches.StateLive}},
+		cps:   map[string]bool{},
+		next:  2,
+	}
+}
+
+func (f *fakeBackend) check() error {
+	if f.panic {
+		panic("fake backend exploded")
+	}
+	return f.fail
+}
+
+func (f *fakeBackend) live(name string) (*branches.Info, error) {
+	if !nameRE.MatchString(name) {
+		return nil, fmt.Errorf("%w: %q", branches.ErrInvalidName, name)
+	}
+	in, ok := f.infos[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: branch %q", branches.ErrNotFound, name)
+	}
+	switch in.State {
+	case branches.StateInvalidated:
+		return nil, &branches.InvalidatedError{Branch: name, By: in.InvalidatedBy}
+	case branches.StateLive:
+		return in, nil
+	}
+	return nil, fmt.Errorf("%w: branch %q is %s", branches.ErrStale, name, in.State)
+}
+
+func (f *fakeBackend) Fork(ctx context.Context, parent, name string) (branches.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return branches.Info{}, err
+	}
+	p, err := f.live(parent)
+	if err != nil {
+		return branches.Info{}, err
+	}
+	if !nameRE.MatchString(name) {
+		return branches.Info{}, fmt.Errorf("%w: %q", branches.ErrInvalidName, name)
+	}
+	if in, ok := f.infos[name]; ok && in.State == branches.StateLive {
+		return branches.Info{}, fmt.Errorf("%w: branch %q", branches.ErrExists, name)
+	}
+	in := &branches.Info{ID: f.next, Name: name, Parent: parent, ParentID: p.ID, State: branches.StateLive,
+		ForkTime: time.Unix(1700000000, 0).UTC(), Depth: p.Depth + 1}
+	f.next++
+	f.infos[name] = in
+	p.Children = append(p.Children, name)
+	return *in, nil
+}
+
+func (f *fakeBackend) ForkCheckpoint(ctx context.Context, parent, label, name string) (branches.Info, error) {
+	f.mu.Lock()
+	ok := f.cps[parent+"/"+label]
+	f.mu.Unlock()
+	if !ok {
+		return branches.Info{}, fmt.Errorf("%w: checkpoint %q of %q", branches.ErrNotFound, label, parent)
+	}
+	in, err := f.Fork(ctx, parent, name)
+	in.ForkedFrom = label
+	return in, err
+}
+
+func (f *fakeBackend) Commit(ctx context.Context, name string) (branches.CommitResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return branches.CommitResult{}, err
+	}
+	in, err := f.live(name)
+	if err != nil {
+		return branches.CommitResult{}, err
+	}
+	if in.Parent == "" {
+		return branches.CommitResult{}, fmt.Errorf("%w: main cannot be committed", branches.ErrReadOnly)
+	}
+	if len(in.Children) > 0 {
+		return branches.CommitResult{}, &branches.HasChildrenError{Branch: name, Children: in.Children}
+	}
+	p := f.infos[in.Parent]
+	res := branches.CommitResult{Branch: name, Parent: in.Parent, FastPath: true}
+	for _, c := range p.Children {
+		if c != name {
+			f.infos[c].State = branches.StateInvalidated
+			f.infos[c].InvalidatedBy = "commit of " + name + " into " + in.Parent
+			res.Invalidated = append(res.Invalidated, c)
+		}
+	}
+	p.Children = nil
+	in.State = branches.StateCommitted
+	return res, nil
+}
+
+func (f *fakeBackend) Abort(ctx context.Context, name string) (branches.AbortResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return branches.AbortResult{}, err
+	}
+	if _, err := f.live(name); err != nil {
+		return branches.AbortResult{}, err
+	}
+	if name == "main" {
+		return branches.AbortResult{}, fmt.Errorf("%w: main cannot be aborted", branches.ErrReadOnly)
+	}
+	f.infos[name].State = branches.StateAborted
+	return branches.AbortResult{Aborted: []string{name}}, nil
+}
+
+func (f *fakeBackend) Checkpoint(ctx context.Context, name, label string) (branches.Checkpoint, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return branches.Checkpoint{}, err
+	}
+	if _, err := f.live(name); err != nil {
+		return branches.Checkpoint{}, err
+	}
+	if !nameRE.MatchString(label) {
+		return branches.Checkpoint{}, fmt.Errorf("%w: label %q", branches.ErrInvalidName, label)
+	}
+	if f.cps[name+"/"+label] {
+		return branches.Checkpoint{}, fmt.Errorf("%w: checkpoint %q", branches.ErrExists, label)
+	}
+	f.cps[name+"/"+label] = true
+	return branches.Checkpoint{Branch: name, Label: label, Time: time.Unix(1700000000, 0).UTC()}, nil
+}
+
+func (f *fakeBackend) Restore(ctx context.Context, name, label string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return err
+	}
+	if _, err := f.live(name); err != nil {
+		return err
+	}
+	if !f.cps[name+"/"+label] {
+		return fmt.Errorf("%w: checkpoint %q", branches.ErrNotFound, label)
+	}
+	return nil
+}
+
+func (f *fakeBackend) List(ctx context.Context) ([]branches.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return nil, err
+	}
+	var out []branches.Info
+	for _, in := range f.infos {
+		out = append(out, *in)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func (f *fakeBackend) Get(ctx context.Context, name string) (branches.Info, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return branches.Info{}, err
+	}
+	if !nameRE.MatchString(name) {
+		return branches.Info{}, fmt.Errorf("%w: %q", branches.ErrInvalidName, name)
+	}
+	in, ok := f.infos[name]
+	if !ok {
+		return branches.Info{}, fmt.Errorf("%w: branch %q", branches.ErrNotFound, name)
+	}
+	return *in, nil
+}
+
+func (f *fakeBackend) Diff(ctx context.Context, name string) (branches.Diff, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.check(); err != nil {
+		return branches.Diff{}, err
+	}
+	in, err := f.live(name)
+	if err != nil {
+		return branches.Diff{}, err
+	}
+	return branches.Diff{Branch: name, Parent: in.Parent,
+		Changes: []branches.Change{{Path: "a.txt", Kind: branches.Added, Type: "file", Bytes: 5}}}, nil
+}
+
+// startServer serves a fake backend on a socket in a temp dir.
+func startServer(t *testing.T) (*fakeBackend, *Client, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	fb := newFake()
+	srv, err := NewServer(ServerOptions{Backend: fb, Status: func() Status {
+		return Status{Version: "test", PID: 42, Store: dir, Listen: "127.0.0.1:12049", Port: 12049}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := SocketPath(dir)
+	ln, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	c, st, err := Dial(context.Background(), sock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Port != 12049 || st.PID != 42 || st.LiveBranches != 1 {
+		t.Fatalf("status = %+v", st)
+	}
+	t.Cleanup(c.Close)
+	return fb, c, sock
+}
+
+func TestSocketMode(t *testing.T) {
+	_, _, sock := startServer(t)
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode = %v, want socket 0600", fi.Mode())
+	}
+}
+
+func TestLifecycleThroughClient(t *testing.T) {
+	_, c, _ := startServer(t)
+	ctx := context.Background()
+	for _, n := range []string{"a", "b"} {
+		in, err := c.Fork(ctx, "main", n)
+		if err != nil {
+			t.Fatalf("fork %s: %v", n, err)
+		}
+		if in.Name != n || in.Parent != "main" || in.State != branches.StateLive {
+			t.Fatalf("fork %s = %+v", n, in)
+		}
+	}
+	if _, err := c.Checkpoint(ctx, "a", "cp1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restore(ctx, "a", "cp1"); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.ForkCheckpoint(ctx, "a", "cp1", "a2"); err != nil || in.Parent != "a" {
+		t.Fatalf("fork checkpoint = %+v, %v", in, err)
+	}
+	if _, err := c.Abort(ctx, "a2"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Diff(ctx, "a")
+	if err != nil || len(d.Changes) != 1 || d.Changes[0].Path != "a.txt" {
+		t.Fatalf("diff = %+v, %v", d, err)
+	}
+	// a has an aborted child only in the fake's children list; clear it by
+	// committing b first, which invalidates a.
+	res, err := c.Commit(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Invalidated, []string{"a"}) || !res.FastPath {
+		t.Fatalf("commit = %+v", res)
+	}
+	_, err = c.Commit(ctx, "a")
+	var ie *branches.InvalidatedError
+	if !errors.As(err, &ie) || ie.By != "commit of b into main" || !errors.Is(err, branches.ErrStale) {
+		t.Fatalf("commit of invalidated branch: %v (%T)", err, err)
+	}
+	list, err := c.List(ctx)
+	if err != nil || len(list) != 4 {
+		t.Fatalf("list = %+v, %v", list, err)
+	}
+	if in, err := c.Get(ctx, "a"); err != nil || in.State != branches.StateInvalidated {
+		t.Fatalf("get = %+v, %v", in, err)
+	}
+}
+
+// TestErrorMapping checks that every branches error reaches the client as
+// the right code and HTTP status, and matches the same sentinel there.
+func TestErrorMapping(t *testing.T) {
+	fb, c, _ := startServer(t)
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		err      error
+		code     string
+		status   int
+		sentinel error
+	}{
+		{"not_found", fmt.Errorf("%w: x", branches.ErrNotFound), CodeNotFound, 404, branches.ErrNotFound},
+		{"exists", branches.ErrExists, CodeExists, 409, branches.ErrExists},
+		{"invalid_name", branches.ErrInvalidName, CodeInvalidName, 400, branches.ErrInvalidName},
+		{"invalidated", &branches.InvalidatedError{Branch: "x", By: "commit of y into main"}, CodeInvalidated, 410, branches.ErrInvalidated},
+		{"stale", fmt.Errorf("%w: aborted", branches.ErrStale), CodeInvalidated, 410, branches.ErrStale},
+		{"conflict", &branches.ConflictError{Branch: "x", Parent: "main", Paths: []string{"a", "b/c"}}, CodeConflict, 409, branches.ErrConflict},
+		{"has_children", &branches.HasChildrenError{Branch: "x", Children: []string{"y"}}, CodeHasChildren, 409, branches.ErrHasChildren},
+		{"read_only", branches.ErrReadOnly, CodeReadOnly, 403, branches.ErrReadOnly},
+		{"no_space", fmt.Errorf("commit: %w", branches.ErrNoSpace), CodeNoSpace, 507, branches.ErrNoSpace},
+		{"internal", errors.New("disk on fire"), CodeInternal, 500, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, status := Classify(tt.err)
+			if code != tt.code || status != tt.status {
+				t.Fatalf("Classify = %s %d, want %s %d", code, status, tt.code, tt.status)
+			}
+			fb.mu.Lock()
+			fb.fail = tt.err
+			fb.mu.Unlock()
+			defer func() { fb.mu.Lock(); fb.fail = nil; fb.mu.Unlock() }()
+			_, err := c.Commit(ctx, "main")
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if tt.sentinel != nil && !errors.Is(err, tt.sentinel) {
+				t.Fatalf("client error %v (%T) does not match %v", err, err, tt.sentinel)
+			}
+			if err.Error() != tt.err.Error() {
+				t.Fatalf("message %q, want %q", err.Error(), tt.err.Error())
+			}
+			if !reflect.TypeOf(tt.err).AssignableTo(reflect.TypeOf(err)) && strings.HasPrefix(reflect.TypeOf(tt.err).String(), "*branches.") {
+				t.Fatalf("client error type %T, want %T", err, tt.err)
+			}
+			var ae *Error
+			if errors.As(err, &ae) && (ae.Code != tt.code || ae.Status != tt.status) {
+				t.Fatalf("client Error = %+v", ae)
+			}
+		})
+	}
+}
+
+// rawRequest sends a request over the socket without the client.
+func rawRequest(t *testing.T, sock, method, path, body string) (int, string) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return net.Dial("unix", sock)
+	}}}
+	req, err := http.NewRequest(method, "http://x"+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("%s %s: Content-Type %q", method, path, ct)
+	}
+	return resp.StatusCode, string(b)
+}
+
+func TestBadRequests(t *testing.T) {
+	fb, _, sock := startServer(t)
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"bad json", "POST", "/v1/branches", "{", 400, CodeBadRequest},
+		{"unknown field", "POST", "/v1/branches", `{"parent":"main","name":"x","bogus":1}`, 400, CodeBadRequest},
+		{"missing name", "POST", "/v1/branches", `{"parent":"main"}`, 400, CodeBadRequest},
+		{"bad name", "POST", "/v1/branches", `{"parent":"main","name":"a b"}`, 400, CodeInvalidName},
+		{"long name", "POST", "/v1/branches", `{"parent":"main","name":"` + strings.Repeat("x", 65) + `"}`, 400, CodeInvalidName},
+		{"slash in name", "POST", "/v1/branches/a%2Fb/commit", "", 400, CodeInvalidName},
+		{"missing parent", "POST", "/v1/branches", `{"parent":"nope","name":"x"}`, 404, CodeNotFound},
+		{"missing label", "POST", "/v1/branches/main/checkpoints", `{}`, 400, CodeBadRequest},
+		{"unknown endpoint", "GET", "/v1/nope", "", 404, CodeBadRequest},
+		{"wrong method", "GET", "/v1/branches/main/commit", "", 404, CodeBadRequest},
+		{"commit main", "POST", "/v1/branches/main/commit", "", 403, CodeReadOnly},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, body := rawRequest(t, sock, tt.method, tt.path, tt.body)
+			if status != tt.status || !strings.Contains(body, `"code": "`+tt.code+`"`) {
+				t.Fatalf("got %d %s, want %d code %s", status, body, tt.status, tt.code)
+			}
+		})
+	}
+	// Nothing of the above changed the store.
+	list, _ := fb.List(context.Background())
+	if len(list) != 1 || list[0].Name != "main" {
+		t.Fatalf("store changed: %+v", list)
+	}
+}
+
+func TestPanicKeepsServing(t *testing.T) {
+	fb, c, _ := startServer(t)
+	ctx := context.Background()
+	fb.mu.Lock()
+	fb.panic = true
+	fb.mu.Unlock()
+	_, err := c.Fork(ctx, "main", "x")
+	var ae *Error
+	if !errors.As(err, &ae) || ae.Code != CodeInternal || ae.Status != 500 {
+		t.Fatalf("panicking backend: %v", err)
+	}
+	fb.mu.Lock()
+	fb.panic = false
+	fb.mu.Unlock()
+	if _, err := c.Fork(ctx, "main", "x"); err != nil {
+		t.Fatalf("after panic: %v", err)
+	}
+}
+
+func TestDialNoServer(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, SocketName)
+	if _, _, err := Dial(context.Background(), sock, time.Second); !errors.Is(err, ErrNoServer) {
+		t.Fatalf("missing socket: %v", err)
+	}
+	// A stale socket: the file exists but nobody listens.
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("stale socket gone: %v", err)
+	}
+	if _, _, err := Dial(context.Background(), sock, time.Second); !errors.Is(err, ErrNoServer) {
+		t.Fatalf("stale socket: %v", err)
+	}
+	// Listen replaces the stale socket.
+	ln, err = Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen over stale socket: %v", err)
+	}
+	ln.Close()
+}
+
+func TestListenRefusesLongPathAndNonSocket(t *testing.T) {
+	if _, err := Listen("/tmp/" + strings.Repeat("d", 120) + "/control.sock"); err == nil || !strings.Contains(err.Error(), "shorter store path") {
+		t.Fatalf("long path: %v", err)
+	}
+	f, err := os.CreateTemp("", "notasocket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	defer os.Remove(f.Name())
+	if _, err := Listen(f.Name()); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("regular file: %v", err)
+	}
+}

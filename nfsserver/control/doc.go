@@ -1,0 +1,35 @@
+// Package control is branchnfs's local control API: HTTP+JSON on a unix
+// socket inside the store directory (mode 0600), plus a Go client.
+//
+// The server side (Server) exposes a Backend — in production a
+// *branches.Manager — under /v1/. The client side (Client) implements the
+// same Backend interface over the socket, so the CLI runs every branch
+// command against either the running server or a store it opened itself.
+//
+// # Endpoints
+//
+//	GET  /v1/status                          Status
+//	GET  /v1/branches                        []branches.Info
+//	POST /v1/branches                        {"parent","name","checkpoint"} -> 201 ForkResult
+//	GET  /v1/branches/{name}                 branches.Info
+//	GET  /v1/branches/{name}/diff            branches.Diff
+//	POST /v1/branches/{name}/commit          branches.CommitResult
+//	POST /v1/branches/{name}/abort           branches.AbortResult
+//	POST /v1/branches/{name}/checkpoints     {"label"} -> 201 branches.Checkpoint
+//	POST /v1/branches/{name}/restore         {"label"} -> RestoreResult
+//
+// # Error model
+//
+// Every error is a JSON body {"error":{"code":..., "message":...}} with an
+// HTTP status that matches the code (see Codes). Conflict, has_children and
+// invalidated errors carry "paths", "children" and "invalidated_by". The
+// client turns an error body back into the matching branches error
+// (*branches.ConflictError, *branches.HasChildrenError,
+// *branches.InvalidatedError, or an *Error that matches the sentinel with
+// errors.Is), so callers test errors the same way in both modes.
+//
+// # Concurrency
+//
+// Server calls the Backend from one goroutine per request; the Backend must
+// be safe for concurrent use. Client is safe for concurrent use.
+package control

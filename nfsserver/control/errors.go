@@ -1,0 +1,154 @@
+package control
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/branchnfs/branchnfs/branches"
+)
+
+// Error codes of the API. They are stable: scripts may match on them.
+const (
+	CodeNotFound    = "not_found"    // 404: no branch or checkpoint of that name
+	CodeExists      = "exists"       // 409: a branch or checkpoint of that name exists
+	CodeInvalidName = "invalid_name" // 400: name outside [A-Za-z0-9._-]{1,64}
+	CodeInvalidated = "invalidated"  // 410: branch invalidated, committed or aborted
+	CodeConflict    = "conflict"     // 409: merge conflict; "paths" lists them
+	CodeHasChildren = "has_children" // 409: live children; "children" lists them
+	CodeReadOnly    = "read_only"    // 403: main cannot be committed or aborted
+	CodeNoSpace     = "no_space"     // 507: disk full, nothing changed
+	CodeBadRequest  = "bad_request"  // 400: malformed request, unknown endpoint (404)
+	CodeInternal    = "internal"     // 500: anything else
+)
+
+// Error is an API error as the client received it. It matches the
+// corresponding branches sentinel with errors.Is.
+type Error struct {
+	Status  int    // HTTP status
+	Code    string // one of the Code constants
+	Message string // human readable, from the server
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Is matches the branches sentinel of e's code.
+func (e *Error) Is(target error) bool {
+	s := sentinel(e.Code)
+	if s == nil {
+		return false
+	}
+	if target == s {
+		return true
+	}
+	// Every invalidated error is also stale, as in branches.
+	return e.Code == CodeInvalidated && target == branches.ErrStale
+}
+
+// ErrBadRequest matches errors with code bad_request.
+var ErrBadRequest = errors.New("control: bad request")
+
+func sentinel(code string) error {
+	switch code {
+	case CodeNotFound:
+		return branches.ErrNotFound
+	case CodeExists:
+		return branches.ErrExists
+	case CodeInvalidName:
+		return branches.ErrInvalidName
+	case CodeInvalidated:
+		return branches.ErrInvalidated
+	case CodeConflict:
+		return branches.ErrConflict
+	case CodeHasChildren:
+		return branches.ErrHasChildren
+	case CodeReadOnly:
+		return branches.ErrReadOnly
+	case CodeNoSpace:
+		return branches.ErrNoSpace
+	case CodeBadRequest:
+		return ErrBadRequest
+	}
+	return nil
+}
+
+// Classify returns the API code and HTTP status for err.
+func Classify(err error) (code string, status int) {
+	switch {
+	case errors.Is(err, branches.ErrInvalidName):
+		return CodeInvalidName, http.StatusBadRequest
+	case errors.Is(err, branches.ErrNotFound):
+		return CodeNotFound, http.StatusNotFound
+	case errors.Is(err, branches.ErrExists):
+		return CodeExists, http.StatusConflict
+	case errors.Is(err, branches.ErrConflict):
+		return CodeConflict, http.StatusConflict
+	case errors.Is(err, branches.ErrHasChildren):
+		return CodeHasChildren, http.StatusConflict
+	case errors.Is(err, branches.ErrInvalidated), errors.Is(err, branches.ErrStale):
+		return CodeInvalidated, http.StatusGone
+	case errors.Is(err, branches.ErrReadOnly):
+		return CodeReadOnly, http.StatusForbidden
+	case errors.Is(err, branches.ErrNoSpace):
+		return CodeNoSpace, http.StatusInsufficientStorage
+	case errors.Is(err, ErrBadRequest):
+		return CodeBadRequest, http.StatusBadRequest
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return CodeInternal, http.StatusServiceUnavailable
+	}
+	return CodeInternal, http.StatusInternalServerError
+}
+
+// errorBody is the JSON shape of every error response.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code          string   `json:"code"`
+	Message       string   `json:"message"`
+	Branch        string   `json:"branch,omitempty"`
+	Parent        string   `json:"parent,omitempty"`
+	Paths         []string `json:"paths,omitempty"`          // conflict
+	Children      []string `json:"children,omitempty"`       // has_children
+	InvalidatedBy string   `json:"invalidated_by,omitempty"` // invalidated
+}
+
+func makeErrorBody(err error) (errorBody, int) {
+	code, status := Classify(err)
+	d := errorDetail{Code: code, Message: err.Error()}
+	var ce *branches.ConflictError
+	var he *branches.HasChildrenError
+	var ie *branches.InvalidatedError
+	switch {
+	case errors.As(err, &ce):
+		d.Branch, d.Parent, d.Paths = ce.Branch, ce.Parent, ce.Paths
+	case errors.As(err, &he):
+		d.Branch, d.Children = he.Branch, he.Children
+	case errors.As(err, &ie):
+		d.Branch, d.InvalidatedBy = ie.Branch, ie.By
+	}
+	return errorBody{Error: d}, status
+}
+
+// toError turns a decoded error body back into a Go error, rebuilding the
+// typed branches errors where the body carries their fields.
+func (d errorDetail) toError(status int) error {
+	switch {
+	case d.Code == CodeConflict && d.Branch != "":
+		return &branches.ConflictError{Branch: d.Branch, Parent: d.Parent, Paths: d.Paths}
+	case d.Code == CodeHasChildren && d.Branch != "":
+		return &branches.HasChildrenError{Branch: d.Branch, Children: d.Children}
+	case d.Code == CodeInvalidated && d.InvalidatedBy != "":
+		return &branches.InvalidatedError{Branch: d.Branch, By: d.InvalidatedBy}
+	}
+	code := d.Code
+	if sentinel(code) == nil {
+		code = CodeInternal
+	}
+	msg := d.Message
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	return &Error{Status: status, Code: code, Message: msg}
+}

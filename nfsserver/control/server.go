@@ -1,0 +1,354 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+)
+
+// SocketName is the file name of the control socket inside the store
+// directory.
+const SocketName = "control.sock"
+
+// SocketPath returns the control socket path of a store directory.
+func SocketPath(storeDir string) string { return filepath.Join(storeDir, SocketName) }
+
+// maxSocketPath is the longest unix socket path every supported OS accepts
+// (sun_path is 104 bytes on macOS, 108 on Linux, NUL included).
+const maxSocketPath = 103
+
+// Backend is what the API serves. *branches.Manager implements it, and so
+// does *Client.
+type Backend interface {
+	Fork(ctx context.Context, parent, name string) (branches.Info, error)
+	ForkCheckpoint(ctx context.Context, parent, label, name string) (branches.Info, error)
+	Commit(ctx context.Context, name string) (branches.CommitResult, error)
+	Abort(ctx context.Context, name string) (branches.AbortResult, error)
+	Checkpoint(ctx context.Context, name, label string) (branches.Checkpoint, error)
+	Restore(ctx context.Context, name, label string) error
+	List(ctx context.Context) ([]branches.Info, error)
+	Get(ctx context.Context, name string) (branches.Info, error)
+	Diff(ctx context.Context, name string) (branches.Diff, error)
+}
+
+var (
+	_ Backend = (*branches.Manager)(nil)
+	_ Backend = (*Client)(nil)
+)
+
+// Status describes the running server (GET /v1/status).
+type Status struct {
+	Version      string    `json:"version"`
+	PID          int       `json:"pid"`
+	Store        string    `json:"store"`  // absolute store directory
+	Listen       string    `json:"listen"` // NFS address, host:port
+	Port         int       `json:"port"`   // NFS (and MOUNT) port
+	Started      time.Time `json:"started"`
+	LiveBranches int       `json:"live_branches"`
+}
+
+// ForkRequest is the body of POST /v1/branches.
+type ForkRequest struct {
+	Parent     string `json:"parent"`
+	Name       string `json:"name"`
+	Checkpoint string `json:"checkpoint,omitempty"` // fork from this checkpoint of parent
+}
+
+// ForkResult is the answer to a fork: the new branch and its export path.
+type ForkResult struct {
+	branches.Info
+	Export string `json:"export"`
+}
+
+// LabelRequest is the body of the checkpoint and restore endpoints.
+type LabelRequest struct {
+	Label string `json:"label"`
+}
+
+// RestoreResult is the answer to a restore.
+type RestoreResult struct {
+	Branch string `json:"branch"`
+	Label  string `json:"label"`
+}
+
+// ExportPath is the NFS export path of a branch.
+func ExportPath(name string) string { return "/" + name }
+
+// ServerOptions configures a Server. Backend is required.
+type ServerOptions struct {
+	Backend Backend
+	// Status fills in the status endpoint; nil answers only the version and
+	// the live branch count.
+	Status func() Status
+	Logger *slog.Logger
+}
+
+// Server serves the control API.
+type Server struct {
+	opts ServerOptions // read only
+	hs   *http.Server
+}
+
+// NewServer returns a Server for opts.
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Backend == nil {
+		return nil, errors.New("control: ServerOptions.Backend is nil")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s := &Server{opts: opts}
+	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// Listen creates the control socket at path with mode 0600, replacing a
+// stale socket file left by a killed server. The caller must make sure no
+// live server answers on path (Client.Status) before calling it.
+func Listen(path string) (net.Listener, error) {
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("control: socket path %q is %d bytes, longer than the %d a unix socket allows; use a shorter store path",
+			path, len(path), maxSocketPath)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("control: %s exists and is not a socket", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("control: remove stale socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control: %w", err)
+	}
+	return ln, nil
+}
+
+// Serve serves the API on ln until ctx is cancelled or Close is called. It
+// returns nil after a clean shutdown.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	err := s.hs.Serve(ln)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Close stops serving, waiting up to 5 s for requests in flight.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.hs.Shutdown(ctx)
+}
+
+// Handler returns the HTTP handler of the API (for tests and embedding).
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", s.status)
+	mux.HandleFunc("GET /v1/branches", s.list)
+	mux.HandleFunc("POST /v1/branches", s.fork)
+	mux.HandleFunc("GET /v1/branches/{name}", s.get)
+	mux.HandleFunc("GET /v1/branches/{name}/diff", s.diff)
+	mux.HandleFunc("POST /v1/branches/{name}/commit", s.commit)
+	mux.HandleFunc("POST /v1/branches/{name}/abort", s.abort)
+	mux.HandleFunc("POST /v1/branches/{name}/checkpoints", s.checkpoint)
+	mux.HandleFunc("POST /v1/branches/{name}/restore", s.restore)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: errorDetail{
+			Code: CodeBadRequest, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)}})
+	})
+	return s.recoverer(mux)
+}
+
+// recoverer keeps one bad request from taking the server down.
+func (s *Server) recoverer(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.opts.Logger.Error("control: panic in handler", "method", r.Method, "path", r.URL.Path, "panic", v)
+				writeJSON(w, http.StatusInternalServerError, errorBody{Error: errorDetail{
+					Code: CodeInternal, Message: fmt.Sprintf("internal error: %v", v)}})
+			}
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	body, status := makeErrorBody(err)
+	if status >= 500 {
+		s.opts.Logger.Error("control: request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+// decode reads a JSON body into v, strictly: unknown fields are an error.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the JSON body", ErrBadRequest)
+	}
+	return nil
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	var st Status
+	if s.opts.Status != nil {
+		st = s.opts.Status()
+	}
+	infos, err := s.opts.Backend.List(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	st.LiveBranches = 0
+	for _, in := range infos {
+		if in.State == branches.StateLive {
+			st.LiveBranches++
+		}
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	infos, err := s.opts.Backend.List(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if infos == nil {
+		infos = []branches.Info{}
+	}
+	writeJSON(w, http.StatusOK, infos)
+}
+
+func (s *Server) get(w http.ResponseWriter, r *http.Request) {
+	in, err := s.opts.Backend.Get(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, in)
+}
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
+	var req ForkRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Parent == "" || req.Name == "" {
+		s.fail(w, r, fmt.Errorf("%w: fork needs \"parent\" and \"name\"", ErrBadRequest))
+		return
+	}
+	var in branches.Info
+	var err error
+	if req.Checkpoint != "" {
+		in, err = s.opts.Backend.ForkCheckpoint(r.Context(), req.Parent, req.Checkpoint, req.Name)
+	} else {
+		in, err = s.opts.Backend.Fork(r.Context(), req.Parent, req.Name)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ForkResult{Info: in, Export: ExportPath(in.Name)})
+}
+
+func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
+	res, err := s.opts.Backend.Commit(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
+	res, err := s.opts.Backend.Abort(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) {
+	var req LabelRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Label == "" {
+		s.fail(w, r, fmt.Errorf("%w: checkpoint needs \"label\"", ErrBadRequest))
+		return
+	}
+	cp, err := s.opts.Backend.Checkpoint(r.Context(), r.PathValue("name"), req.Label)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, cp)
+}
+
+func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
+	var req LabelRequest
+	if err := decode(w, r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Label == "" {
+		s.fail(w, r, fmt.Errorf("%w: restore needs \"label\"", ErrBadRequest))
+		return
+	}
+	name := r.PathValue("name")
+	if err := s.opts.Backend.Restore(r.Context(), name, req.Label); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, RestoreResult{Branch: name, Label: req.Label})
+}
+
+func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
+	d, err := s.opts.Backend.Diff(r.Context(), r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if d.Changes == nil {
+		d.Changes = []branches.Change{}
+	}
+	writeJSON(w, http.StatusOK, d)
+}
