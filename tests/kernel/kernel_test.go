@@ -1,0 +1,170 @@
+package kernel
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// knownFailures lists the steps that fail through the kernel client only
+// because of NFSv3 protocol gaps of the server (the protocol issue, #4), with
+// the reason. It is checked both ways: a listed step that passes fails the
+// run (so the table only shrinks), and an unlisted failing step fails it.
+// Keys are "Test/step". It applies to the real branchnfs server only.
+var knownFailures = map[string]string{}
+
+// prerequisite skips the test with the reason, or fails it under CI=true,
+// where a missing prerequisite must not pass silently.
+func prerequisite(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("kernel-client tests cannot run (CI=true): %s", msg)
+	}
+	t.Skipf("kernel-client tests skipped: %s", msg)
+}
+
+var (
+	imageOnce sync.Once
+	image     *guestImage
+	imageErr  error
+)
+
+// setup checks the prerequisites and returns the guest image, the mount
+// helper and a started server with a fresh store.
+func setup(t *testing.T) (*guestImage, string, *nfsServer) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		prerequisite(t, "qemu-system-x86_64 not found (Debian: apt-get install -y --no-install-recommends qemu-system-x86)")
+	}
+	imageOnce.Do(func() {
+		start := time.Now()
+		image, imageErr = prepareImage(t)
+		t.Logf("guest image ready in %v", time.Since(start).Round(time.Millisecond))
+	})
+	if imageErr != nil {
+		prerequisite(t, "cannot build the guest image from Debian packages: %v", imageErr)
+	}
+	bin, helper, err := buildBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newServer(t, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := srv.stop(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("server log:\n%s", srv.logTail(60))
+		}
+	})
+	return image, helper, srv
+}
+
+// runScenario boots the guest with testdata/NAME.sh and reports each of its
+// steps as a subtest, applying knownFailures.
+func runScenario(t *testing.T, name string, srv *nfsServer, img *guestImage, helper string, env map[string]string, actions map[string]hostAction, timeout time.Duration) {
+	t.Helper()
+	script, err := os.ReadFile("testdata/" + name + ".sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := scenarioSteps(string(script))
+	if len(steps) == 0 {
+		t.Fatalf("testdata/%s.sh declares no steps", name)
+	}
+	if env == nil {
+		env = map[string]string{}
+	}
+	env["NFS_PORT"] = strconv.Itoa(srv.port)
+	res := bootGuest(t, img, helper, string(script), env, actions, timeout)
+	t.Logf("%s: boot %v, total %v", name, res.boot.Round(time.Millisecond), res.total.Round(time.Millisecond))
+	if res.err != nil {
+		t.Errorf("guest: %v", res.err)
+	}
+	for _, step := range steps {
+		key := t.Name() + "/" + step
+		t.Run(step, func(t *testing.T) {
+			r := res.steps[step]
+			reason, known := knownFailures[key]
+			if !srv.isBranchnfs() {
+				known = false
+			}
+			switch {
+			case r == nil:
+				t.Errorf("step not reported by the guest")
+			case r.pass && known:
+				t.Errorf("passes (%v) but is listed in knownFailures (%q): remove it from the table", r.took.Round(time.Millisecond), reason)
+			case r.pass:
+				t.Logf("PASS in %v", r.took.Round(time.Millisecond))
+			case known:
+				t.Logf("known failure (%s) in %v: %s", reason, r.took.Round(time.Millisecond), r.detail)
+			default:
+				t.Errorf("FAIL in %v: %s", r.took.Round(time.Millisecond), r.detail)
+			}
+		})
+	}
+	for got := range res.steps {
+		if !contains(steps, got) {
+			t.Errorf("guest reported undeclared step %q", got)
+		}
+	}
+	for key := range knownFailures {
+		if strings.HasPrefix(key, t.Name()+"/") && !contains(steps, strings.TrimPrefix(key, t.Name()+"/")) {
+			t.Errorf("knownFailures lists %q, which the scenario does not declare", key)
+		}
+	}
+	if t.Failed() {
+		t.Logf("guest console (end):\n%s", res.consoleTail(60))
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestKernelPOSIX runs the POSIX scenarios of testdata/posix.sh in one boot,
+// on a mount of branch main.
+func TestKernelPOSIX(t *testing.T) {
+	img, helper, srv := setup(t)
+	runScenario(t, "posix", srv, img, helper, map[string]string{"EXPORT": srv.exportPath("main")}, nil, 8*time.Minute)
+}
+
+// TestKernelBranches runs testdata/branch.sh: forks, commit, abort and a
+// server restart driven from the host while the guest has them mounted.
+func TestKernelBranches(t *testing.T) {
+	img, helper, srv := setup(t)
+	if !srv.isBranchnfs() {
+		t.Skip("branch scenarios need the real branchnfs server (BRANCHNFS_KERNEL_SERVER is set)")
+	}
+	cli := func(args ...string) hostAction {
+		return func(extra []string) error {
+			_, err := srv.cli(append(args, extra...)...)
+			return err
+		}
+	}
+	actions := map[string]hostAction{
+		"fork":   cli("fork"),
+		"commit": cli("commit"),
+		"abort":  cli("abort"),
+		"stop":   func([]string) error { return srv.stop() },
+		"start":  func([]string) error { return srv.start() },
+	}
+	runScenario(t, "branch", srv, img, helper, nil, actions, 5*time.Minute)
+}
