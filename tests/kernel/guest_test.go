@@ -59,11 +59,13 @@ const guestLib = `
 report() { echo "$*" >&3; }
 
 # step NAME CMD...: runs CMD in a subshell and reports PASS or FAIL with the
-# last lines of its output. CMD fails by exiting non-zero (see fail).
+# last lines of its output, as $STEP_PREFIX$NAME. CMD fails by exiting
+# non-zero (see fail).
 step() {
 	_name=$1; shift
 	_out=$( "$@" 2>&1 ); _rc=$?
 	_detail=$(printf '%s' "$_out" | tail -n 6 | tr '\n\r\t' '|  ' | cut -c1-600)
+	_name=$STEP_PREFIX$_name
 	if [ $_rc -eq 0 ]; then report "STEP $_name PASS $_detail"; else report "STEP $_name FAIL rc=$_rc $_detail"; fi
 }
 fail() { echo "FAIL: $*"; exit 1; }
@@ -94,6 +96,19 @@ as_user() { /bin/mounthelper runas 1000 1000 /bin/sh -c "$*"; }
 // stepRE finds the step names a scenario script declares, in order.
 var stepRE = regexp.MustCompile(`(?m)^\s*step\s+([A-Za-z0-9_]+)\s`)
 
+// oracleRE finds the body of a scenario's posix_steps function, whose steps
+// also run on the guest's tmpfs, reported as tmpfs/NAME.
+var oracleRE = regexp.MustCompile(`(?ms)^posix_steps\(\) \{\n(.*?)^\}`)
+
+// oracleSteps lists the steps a scenario runs on tmpfs as an oracle.
+func oracleSteps(script string) []string {
+	m := oracleRE.FindStringSubmatch(script)
+	if m == nil {
+		return nil
+	}
+	return scenarioSteps(m[1])
+}
+
 func scenarioSteps(script string) []string {
 	var names []string
 	for _, m := range stepRE.FindAllStringSubmatch(script, -1) {
@@ -103,6 +118,7 @@ func scenarioSteps(script string) []string {
 }
 
 type stepResult struct {
+	seq    int // order of arrival
 	pass   bool
 	detail string
 	took   time.Duration
@@ -239,7 +255,7 @@ func bootGuest(t *testing.T, img *guestImage, helper, script string, env map[str
 				if len(f) > 3 {
 					detail = strings.Join(f[3:], " ")
 				}
-				res.steps[f[1]] = &stepResult{pass: f[2] == "PASS", detail: detail, took: now.Sub(last)}
+				res.steps[f[1]] = &stepResult{seq: len(res.steps), pass: f[2] == "PASS", detail: detail, took: now.Sub(last)}
 				last = now
 			case "HOST":
 				reply := "OK " + strings.Join(f[1:], " ")

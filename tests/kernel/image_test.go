@@ -35,7 +35,7 @@ func cacheRoot() (string, error) {
 	}
 	d, err := os.UserCacheDir()
 	if err != nil {
-		return "", err
+		d = os.TempDir()
 	}
 	return filepath.Join(d, "branchnfs-kernel"), nil
 }

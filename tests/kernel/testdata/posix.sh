@@ -1,9 +1,9 @@
 # POSIX behaviour through the Linux kernel NFSv3 client.
 # Runs as /scenario.sh in the guest after lib.sh; env.sh sets NFS_PORT and
-# EXPORT. Every "step NAME FUNC" line is one subtest of TestKernelPOSIX.
+# EXPORT. Every "step NAME FUNC" line is one subtest of TestKernelPOSIX;
+# the steps inside posix_steps also run on tmpfs first, as an oracle.
 
 M=/mnt/main
-W=$M/posix
 
 do_mount() {
 	nfsmount "$EXPORT" $M || fail "mount $EXPORT"
@@ -209,19 +209,33 @@ t_nonroot_0444_not_writable() {
 	expect_eq "$(cat own0444)" mine "content of own0444"
 }
 
+posix_steps() {
+	step create_write_append_read t_create_write_append_read
+	step mkdir t_mkdir
+	step rename_file_across_dirs t_rename_file_across_dirs
+	step rename_dir_across_dirs t_rename_dir_across_dirs
+	step symlink_readlink t_symlink_readlink
+	step hardlink_nlink t_hardlink_nlink
+	step chmod_setuid_sticky t_chmod_setuid_sticky
+	step utimes_touch_d t_utimes_touch_d
+	step truncate_up_down t_truncate_up_down
+	step mkfifo t_mkfifo
+	step excl_create_twice t_excl_create_twice
+	step rm_rf_3000 t_rm_rf_3000
+	step dd_64mib_md5 t_dd_64mib_md5
+	step nonroot_ownership t_nonroot_ownership
+	step nonroot_0444_not_writable t_nonroot_0444_not_writable
+}
+
+# Oracle: the same steps on the guest's own tmpfs, reported as tmpfs/NAME.
+# They must all pass, which shows that the scenario asks for real POSIX
+# behaviour rather than for quirks of one server.
+W=/tmp/posix
+mkdir -p $W
+STEP_PREFIX=tmpfs/
+posix_steps
+
+W=$M/posix
+STEP_PREFIX=
 step mount do_mount
-step create_write_append_read t_create_write_append_read
-step mkdir t_mkdir
-step rename_file_across_dirs t_rename_file_across_dirs
-step rename_dir_across_dirs t_rename_dir_across_dirs
-step symlink_readlink t_symlink_readlink
-step hardlink_nlink t_hardlink_nlink
-step chmod_setuid_sticky t_chmod_setuid_sticky
-step utimes_touch_d t_utimes_touch_d
-step truncate_up_down t_truncate_up_down
-step mkfifo t_mkfifo
-step excl_create_twice t_excl_create_twice
-step rm_rf_3000 t_rm_rf_3000
-step dd_64mib_md5 t_dd_64mib_md5
-step nonroot_ownership t_nonroot_ownership
-step nonroot_0444_not_writable t_nonroot_0444_not_writable
+posix_steps
