@@ -1,0 +1,527 @@
+package cowfs
+
+import (
+	"encoding/binary"
+	"errors"
+	"sync"
+	"syscall"
+
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/zeebo/blake3"
+)
+
+// Tracker coordinates writers with the block sweep (see branches' reclaimer).
+// While a sweep runs, every content hash a committing write references is
+// recorded, so the sweep keeps blocks that became referenced after its mark
+// snapshot. Writers commit under RLock; the sweep takes Lock to start and
+// to delete.
+type Tracker struct {
+	mu     sync.RWMutex // protects the following
+	active bool
+	seen   map[string]struct{}
+}
+
+// NewTracker returns an idle tracker.
+func NewTracker() *Tracker { return &Tracker{} }
+
+// Begin starts a sweep: from now on referenced hashes are recorded. snap is
+// called under the lock, so every write either committed before it or is
+// recorded.
+func (t *Tracker) Begin(snap func()) {
+	t.mu.Lock()
+	t.active = true
+	t.seen = map[string]struct{}{}
+	snap()
+	t.mu.Unlock()
+}
+
+// Sweep runs del under the lock with a predicate telling whether a hash was
+// referenced since Begin.
+func (t *Tracker) Sweep(del func(seen func(h []byte) bool) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return del(func(h []byte) bool { _, ok := t.seen[string(h)]; return ok })
+}
+
+// End stops recording.
+func (t *Tracker) End() {
+	t.mu.Lock()
+	t.active = false
+	t.seen = nil
+	t.mu.Unlock()
+}
+
+var trackMu sync.Mutex
+
+// ReferencedHashes appends the content hashes of every block reference held
+// by layer l (for the sweep's mark phase).
+func ReferencedHashes(tx kv.Txn, l LayerID, fn func(h []byte)) error {
+	pfx := append(layerPrefix(l), kindData)
+	return tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
+		if len(v) == 33 && v[0] == refHash {
+			fn(v[1:])
+		}
+		return true, nil
+	})
+}
+
+// ContentHashes lists every stored content hash.
+func ContentHashes(tx kv.Txn, fn func(h []byte) bool) error {
+	return tx.Iterate([]byte{pfxContent}, nil, true, func(k, _ []byte) (bool, error) {
+		return fn(k[1:]), nil
+	})
+}
+
+// DeleteContent removes the content of hash h.
+func DeleteContent(tx kv.Txn, h []byte) error { return tx.Delete(contentKey(h)) }
+
+// blockReader resolves the blocks of one inode through the stack.
+type blockReader struct {
+	f      *FS
+	tx     kv.Txn
+	layers []LayerID // layers holding a record of the inode, top first
+	cuts   []uint64  // the record's Cut per layer; math.MaxUint64 beyond a tombstone
+	ino    InodeID
+}
+
+func (f *FS) newBlockReader(tx kv.Txn, st state, ino InodeID) (*blockReader, error) {
+	layers, err := f.layersOf(tx, st, ino)
+	if err != nil {
+		return nil, err
+	}
+	br := &blockReader{f: f, tx: tx, ino: ino}
+	for _, l := range layers {
+		v, err := tx.Get(inodeKey(l, ino))
+		if errors.Is(err, kv.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		n, err := decodeInode(ino, v)
+		if err != nil {
+			return nil, err
+		}
+		br.layers = append(br.layers, l)
+		cut := n.Cut
+		if n.Deleted {
+			cut = 0
+		}
+		br.cuts = append(br.cuts, cut)
+		if cut == 0 {
+			break // nothing below is visible
+		}
+	}
+	return br, nil
+}
+
+// resolved is one visible block: its reference and the byte limit (within
+// the block) beyond which it reads as zeros.
+type resolved struct {
+	ref   []byte
+	limit uint64
+}
+
+// blocks resolves blocks [first, last] to their visible references.
+func (br *blockReader) blocks(first, last uint64) (map[uint64]resolved, error) {
+	bs := br.f.bs
+	out := map[uint64]resolved{}
+	limit := uint64(1<<64 - 1)
+	for i, l := range br.layers {
+		pfx := dataPrefix(l, br.ino)
+		start := u64(append([]byte(nil), pfx...), first)
+		err := br.tx.Iterate(pfx, start, false, func(k, v []byte) (bool, error) {
+			idx := binary.BigEndian.Uint64(k[len(k)-8:])
+			if idx > last {
+				return false, nil
+			}
+			if _, ok := out[idx]; ok {
+				return true, nil
+			}
+			base := idx * bs
+			if base >= limit {
+				return false, nil
+			}
+			lim := bs
+			if limit-base < bs {
+				lim = limit - base
+			}
+			out[idx] = resolved{ref: append([]byte(nil), v...), limit: lim}
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if br.cuts[i] < limit {
+			limit = br.cuts[i]
+		}
+		if limit == 0 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// content returns the bytes of a block reference, zero-extended to bs and
+// zeroed beyond limit.
+func (br *blockReader) content(r resolved, dst []byte) error {
+	clear(dst)
+	var data []byte
+	switch {
+	case len(r.ref) == 0:
+		return errCorrupt
+	case r.ref[0] == refZero:
+		return nil
+	case r.ref[0] == refInline:
+		data = r.ref[1:]
+	case r.ref[0] == refHash && len(r.ref) == 33:
+		v, err := br.tx.Get(contentKey(r.ref[1:]))
+		if err != nil {
+			return err
+		}
+		data = v
+	default:
+		return errCorrupt
+	}
+	if uint64(len(data)) > r.limit {
+		data = data[:r.limit]
+	}
+	copy(dst, data)
+	return nil
+}
+
+func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
+	if off < 0 {
+		return 0, false, pathErr("read", "", syscall.EINVAL)
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(false)
+	if err != nil {
+		return 0, false, pathErr("read", "", err.(syscall.Errno))
+	}
+	var n int
+	var eof bool
+	err = f.store.View(f.ctx, func(tx kv.Txn) error {
+		nd, _, err := f.getInode(tx, st, ino)
+		if errors.Is(err, syscall.ENOENT) {
+			return syscall.ESTALE
+		}
+		if err != nil {
+			return err
+		}
+		switch nd.Type {
+		case TypeRegular:
+		case TypeDir:
+			return syscall.EISDIR
+		default:
+			return syscall.EINVAL
+		}
+		n, eof = 0, false
+		size := nd.Size
+		if uint64(off) >= size {
+			eof = true
+			return nil
+		}
+		end := uint64(off) + uint64(len(p))
+		if end >= size {
+			end, eof = size, true
+		}
+		if end == uint64(off) {
+			return nil
+		}
+		br, err := f.newBlockReader(tx, st, ino)
+		if err != nil {
+			return err
+		}
+		first, last := uint64(off)/f.bs, (end-1)/f.bs
+		blocks, err := br.blocks(first, last)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, f.bs)
+		for idx := first; idx <= last; idx++ {
+			base := idx * f.bs
+			lo, hi := max(base, uint64(off)), min(base+f.bs, end)
+			dst := p[lo-uint64(off) : hi-uint64(off)]
+			r, ok := blocks[idx]
+			if !ok {
+				clear(dst)
+				continue
+			}
+			if err := br.content(r, buf); err != nil {
+				return err
+			}
+			copy(dst, buf[lo-base:hi-base])
+		}
+		n = int(end - uint64(off))
+		return nil
+	})
+	return n, eof, wrap("read", "", err)
+}
+
+// storeBlock stores data (the block's bytes up to the file end) and returns
+// its reference and, for content-addressed blocks, its hash.
+func (f *FS) storeBlock(tx kv.Txn, data []byte) (ref, hash []byte, err error) {
+	allZero := true
+	for _, b := range data {
+		if b != 0 {
+			allZero = false
+			break
+		}
+	}
+	switch {
+	case allZero:
+		return []byte{refZero}, nil, nil
+	case len(data) <= f.opts.InlineMax:
+		return append([]byte{refInline}, data...), nil, nil
+	}
+	sum := blake3.Sum256(data)
+	h := sum[:]
+	ok, err := tx.Has(contentKey(h))
+	if err != nil {
+		return nil, nil, err
+	}
+	if !ok {
+		if err := tx.Set(contentKey(h), data); err != nil {
+			return nil, nil, err
+		}
+	}
+	return append([]byte{refHash}, h...), h, nil
+}
+
+func usedFor(size uint64) uint64 { return (size + 4095) &^ 4095 }
+
+func (f *FS) writeAt(ino InodeID, p []byte, off int64) (Attr, error) {
+	if off < 0 {
+		return Attr{}, pathErr("write", "", syscall.EINVAL)
+	}
+	end := uint64(off) + uint64(len(p))
+	if end > f.opts.MaxFileSize || end < uint64(off) {
+		return Attr{}, pathErr("write", "", syscall.EFBIG)
+	}
+	mu := &f.dataMu[uint64(ino)%uint64(len(f.dataMu))]
+	mu.Lock()
+	defer mu.Unlock()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(true)
+	if err != nil {
+		return Attr{}, pathErr("write", "", err.(syscall.Errno))
+	}
+	var out Attr
+	var hashes [][]byte
+	run := func() error {
+		return f.store.Update(f.ctx, func(tx kv.Txn) error {
+			hashes = hashes[:0]
+			n, err := f.inodeForWrite(tx, st, ino)
+			if err != nil {
+				return err
+			}
+			switch n.Type {
+			case TypeRegular:
+			case TypeDir:
+				return syscall.EISDIR
+			default:
+				return syscall.EINVAL
+			}
+			if len(p) > 0 {
+				newSize := max(n.Size, end)
+				if hashes, err = f.writeBlocks(tx, st, n, p, uint64(off), newSize); err != nil {
+					return err
+				}
+				n.Size = newSize
+				n.Used = usedFor(newSize)
+			}
+			ts := now()
+			n.Mtime, n.Ctime = ts, ts
+			out = n.attr()
+			return f.put(tx, st, n)
+		})
+	}
+	err = f.opts.Tracker.commitWith(func(record func([][]byte)) error {
+		if err := run(); err != nil {
+			return err
+		}
+		record(hashes)
+		return nil
+	})
+	return out, wrap("write", "", err)
+}
+
+// commitWith runs fn under the tracker's read lock; fn records the hashes
+// its committed transaction referenced. Holding the read lock across the
+// commit means the sweep's Begin and Sweep (write lock) see either all of
+// the write or none of it, and a recorded hash is never swept.
+func (t *Tracker) commitWith(fn func(record func([][]byte)) error) error {
+	if t == nil {
+		return fn(func([][]byte) {})
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return fn(func(hs [][]byte) {
+		if !t.active {
+			return
+		}
+		trackMu.Lock()
+		for _, h := range hs {
+			t.seen[string(h)] = struct{}{}
+		}
+		trackMu.Unlock()
+	})
+}
+
+// writeBlocks copies p at off into the top layer's blocks of n.
+func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize uint64) ([][]byte, error) {
+	bs := f.bs
+	end := off + uint64(len(p))
+	first, last := off/bs, (end-1)/bs
+	var br *blockReader
+	var old map[uint64]resolved
+	var hashes [][]byte
+	buf := make([]byte, bs)
+	for idx := first; idx <= last; idx++ {
+		base := idx * bs
+		blen := min(bs, newSize-base) // bytes of this block inside the file
+		lo, hi := max(base, off), min(base+bs, end)
+		full := lo == base && hi >= base+blen
+		if full {
+			copy(buf, p[lo-off:hi-off])
+		} else {
+			if br == nil {
+				var err error
+				if br, err = f.newBlockReader(tx, st, n.Ino); err != nil {
+					return nil, err
+				}
+				// Only the first and last blocks can be partial.
+				if old, err = br.blocks(first, last); err != nil {
+					return nil, err
+				}
+			}
+			if r, ok := old[idx]; ok {
+				if err := br.content(r, buf); err != nil {
+					return nil, err
+				}
+			} else {
+				clear(buf)
+			}
+			// Bytes beyond the old size are zeros, whatever the block held.
+			if n.Size < base+bs {
+				if n.Size > base {
+					clear(buf[n.Size-base:])
+				} else {
+					clear(buf)
+				}
+			}
+			copy(buf[lo-base:], p[lo-off:hi-off])
+		}
+		ref, h, err := f.storeBlock(tx, buf[:blen])
+		if err != nil {
+			return nil, err
+		}
+		if h != nil {
+			hashes = append(hashes, h)
+		}
+		if err := tx.Set(dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
+			return nil, err
+		}
+	}
+	return hashes, nil
+}
+
+func (f *FS) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
+	if sa.Size != nil && *sa.Size > f.opts.MaxFileSize {
+		return Attr{}, pathErr("setattr", "", syscall.EFBIG)
+	}
+	mu := &f.dataMu[uint64(ino)%uint64(len(f.dataMu))]
+	mu.Lock()
+	defer mu.Unlock()
+	var out Attr
+	err := f.update("setattr", "", false, func(tx kv.Txn, st state) error {
+		n, err := f.inodeForWrite(tx, st, ino)
+		if err != nil {
+			return err
+		}
+		ts := now()
+		if sa.Mode != nil {
+			n.Mode = *sa.Mode & ModePerm
+		}
+		if sa.UID != nil {
+			n.UID = *sa.UID
+		}
+		if sa.GID != nil {
+			n.GID = *sa.GID
+		}
+		if sa.Atime != nil {
+			n.Atime = sa.Atime.UnixNano()
+		}
+		if sa.Mtime != nil {
+			n.Mtime = sa.Mtime.UnixNano()
+		}
+		if sa.Size != nil {
+			switch n.Type {
+			case TypeRegular:
+			case TypeDir:
+				return syscall.EISDIR
+			default:
+				return syscall.EINVAL
+			}
+			if err := f.truncate(tx, st, n, *sa.Size); err != nil {
+				return err
+			}
+			if sa.Mtime == nil {
+				n.Mtime = ts
+			}
+		}
+		n.Ctime = ts
+		out = n.attr()
+		return f.put(tx, st, n)
+	})
+	return out, err
+}
+
+// truncate changes n's size in the top layer. Shrinking drops the top
+// layer's blocks beyond the end, trims its partial last block, and lowers
+// Cut so inherited data beyond the end stays hidden if the file grows again.
+func (f *FS) truncate(tx kv.Txn, st state, n *inode, size uint64) error {
+	if size >= n.Size {
+		n.Size = size
+		n.Used = usedFor(size)
+		return nil
+	}
+	bs := f.bs
+	keep := (size + bs - 1) / bs // blocks [0, keep) stay
+	if err := f.dropOwnData(tx, st, n.Ino, keep); err != nil {
+		return err
+	}
+	if size%bs != 0 {
+		idx := size / bs
+		v, err := tx.Get(dataKey(st.stack[0], n.Ino, idx))
+		if err == nil {
+			br := &blockReader{f: f, tx: tx, ino: n.Ino}
+			buf := make([]byte, bs)
+			if err := br.content(resolved{ref: v, limit: bs}, buf); err != nil {
+				return err
+			}
+			ref, _, err := f.storeBlock(tx, buf[:size-idx*bs])
+			if err != nil {
+				return err
+			}
+			if err := tx.Set(dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, kv.ErrNotFound) {
+			return err
+		}
+	}
+	n.Size = size
+	n.Used = usedFor(size)
+	if size < n.Cut {
+		n.Cut = size
+	}
+	return nil
+}
+
+// StatFS reports the space of the disk holding the store.
+func (f *FS) StatFS() (StatFS, error) { return statFS(f.opts.StatDir) }
+

@@ -1,0 +1,65 @@
+package cowfs
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"syscall"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// ErrStale is returned (as the cause of a view's Err) when the view's branch
+// can no longer be used.
+var ErrStale = errors.New("cowfs: stale view")
+
+// pathErr builds the unwrapped *fs.PathError every call returns: go-nfs and
+// os.IsNotExist look at Err directly and do not unwrap %w chains.
+func pathErr(op, path string, errno syscall.Errno) error {
+	return &fs.PathError{Op: op, Path: path, Err: errno}
+}
+
+// toErrno maps an internal error to an errno: kv errors and corrupt records
+// included.
+func toErrno(err error) syscall.Errno {
+	var errno syscall.Errno
+	switch {
+	case errors.As(err, &errno):
+		return errno
+	case errors.Is(err, kv.ErrNoSpace):
+		return syscall.ENOSPC
+	case errors.Is(err, kv.ErrTxnTooBig):
+		return syscall.EFBIG
+	case errors.Is(err, kv.ErrClosed), errors.Is(err, ErrStale):
+		return syscall.ESTALE
+	case errors.Is(err, fs.ErrNotExist):
+		return syscall.ENOENT
+	case errors.Is(err, fs.ErrExist):
+		return syscall.EEXIST
+	case errors.Is(err, fs.ErrPermission):
+		return syscall.EPERM
+	}
+	return syscall.EIO
+}
+
+// wrap converts any error to the PathError form.
+func wrap(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		if _, ok := pe.Err.(syscall.Errno); ok {
+			return &fs.PathError{Op: op, Path: path, Err: pe.Err}
+		}
+	}
+	if toErrno(err) == syscall.EIO {
+		slogWarn(op, path, err)
+	}
+	return pathErr(op, path, toErrno(err))
+}
+
+// slogWarn logs an unexpected error before it is flattened to EIO.
+func slogWarn(op, path string, err error) {
+	slog.Warn("cowfs: unexpected error", "op", op, "path", path, "err", err)
+}

@@ -1,0 +1,301 @@
+package cowfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"sync"
+	"syscall"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Options configures a view. The zero value means defaults.
+type Options struct {
+	// BlockSize is the size of data blocks (default 32 KiB). It must be the
+	// same for every view of a store.
+	BlockSize int
+	// InlineMax: blocks of at most this many bytes are stored inside their
+	// reference instead of in the content store (default 512).
+	InlineMax int
+	// MaxFileSize bounds file sizes (default 1 TiB); larger sizes get EFBIG.
+	MaxFileSize uint64
+	// ReadOnly views refuse writes with EROFS (checkpoints).
+	ReadOnly bool
+	// Logger receives warnings (default slog.Default()).
+	Logger *slog.Logger
+	// Tracker, when set, records the content hashes a write references so a
+	// concurrent block sweep keeps them (see Tracker).
+	Tracker *Tracker
+	// StatDir is a directory on the store's disk, for StatFS.
+	StatDir string
+}
+
+// EnsureDefaults fills zero fields with defaults.
+func (o *Options) EnsureDefaults() {
+	if o.BlockSize <= 0 {
+		o.BlockSize = 32 << 10
+	}
+	if o.InlineMax <= 0 {
+		o.InlineMax = 512
+	}
+	if o.MaxFileSize == 0 {
+		o.MaxFileSize = 1 << 40
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// FS is a copy-on-write view of one layer stack: the tree of one branch or
+// checkpoint. Writes go to the top layer; reads resolve top-down through the
+// stack. It is safe for concurrent use.
+type FS struct {
+	store kv.Store      // read only
+	alloc *Allocator    // read only
+	opts  Options       // read only
+	bs    uint64        // block size, read only
+	ctx   context.Context
+	stop  context.CancelFunc
+
+	// nsMu serialises namespace changes (create, link, unlink, rename, ...),
+	// so they never conflict with each other.
+	nsMu sync.Mutex
+	// dataMu stripes serialise writes to the same inode.
+	dataMu [64]sync.Mutex
+
+	mu    sync.RWMutex // protects the following
+	stack []LayerID    // top first
+	err   error        // set once the view is unusable
+
+	cacheMu sync.Mutex // protects the following
+	// cache maps an inode to the frozen layers (below the top) holding a
+	// record of it, top first. Frozen layers never change while they are
+	// in the stack, so entries stay true until the stack changes.
+	cache map[InodeID][]LayerID
+}
+
+// New returns a view of the layer stack whose top layer is top. Unless
+// opts.ReadOnly, writes go to top, which must not be shared with any other
+// view.
+func New(store kv.Store, alloc *Allocator, top LayerID, opts Options) (*FS, error) {
+	opts.EnsureDefaults()
+	stack, err := LoadStack(context.Background(), store, top)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &FS{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
+		ctx: ctx, stop: cancel, stack: stack, cache: map[InodeID][]LayerID{}}, nil
+}
+
+// SetTop re-points the view at another layer stack (after a fork, commit or
+// restore changed it). In-flight calls finish on the old stack first.
+func (f *FS) SetTop(top LayerID) error {
+	stack, err := LoadStack(f.ctx, f.store, top)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.setStackLocked(stack)
+	f.mu.Unlock()
+	return nil
+}
+
+// Lock blocks every call on the view until Unlock; branches uses it to
+// change stacks atomically with respect to readers and writers.
+func (f *FS) Lock() { f.nsMu.Lock(); f.mu.Lock() }
+
+// Unlock undoes Lock.
+func (f *FS) Unlock() { f.mu.Unlock(); f.nsMu.Unlock() }
+
+// SetTopLocked is SetTop for a caller holding Lock.
+func (f *FS) SetTopLocked(top LayerID) error {
+	stack, err := LoadStack(f.ctx, f.store, top)
+	if err != nil {
+		return err
+	}
+	f.setStackLocked(stack)
+	return nil
+}
+
+func (f *FS) setStackLocked(stack []LayerID) {
+	f.stack = stack
+	f.cacheMu.Lock()
+	f.cache = map[InodeID][]LayerID{}
+	f.cacheMu.Unlock()
+}
+
+// Top returns the view's top layer.
+func (f *FS) Top() LayerID {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.stack[0]
+}
+
+// Stack returns the layer stack, top first.
+func (f *FS) Stack() []LayerID {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return append([]LayerID(nil), f.stack...)
+}
+
+// Invalidate makes every later call fail with ESTALE; Err returns cause.
+func (f *FS) Invalidate(cause error) {
+	f.mu.Lock()
+	f.err = cause
+	f.mu.Unlock()
+}
+
+// InvalidateLocked is Invalidate for a caller holding Lock.
+func (f *FS) InvalidateLocked(cause error) { f.err = cause }
+
+// Err reports why the view is no longer usable (nil while it is).
+func (f *FS) Err() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.err
+}
+
+// Close releases the view.
+func (f *FS) Close() error {
+	f.stop()
+	return nil
+}
+
+// BlockSize returns the data block size.
+func (f *FS) BlockSize() int { return int(f.bs) }
+
+// state is a consistent copy of what a call needs from the view.
+type state struct {
+	stack []LayerID
+}
+
+// begin checks the view is usable and snapshots its stack. The caller
+// holds f.mu.RLock until the call ends, so stack changes wait for it.
+func (f *FS) begin(write bool) (state, error) {
+	if f.err != nil {
+		return state{}, syscall.ESTALE
+	}
+	if write && f.opts.ReadOnly {
+		return state{}, syscall.EROFS
+	}
+	return state{stack: f.stack}, nil
+}
+
+// layersOf returns the layers of the stack that hold a record of ino, top
+// first. The top layer is always probed directly because it changes; the
+// frozen rest is cached.
+func (f *FS) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
+	out := make([]LayerID, 0, 4)
+	if ok, err := tx.Has(inodeKey(st.stack[0], ino)); err != nil {
+		return nil, err
+	} else if ok {
+		out = append(out, st.stack[0])
+	}
+	f.cacheMu.Lock()
+	frozen, hit := f.cache[ino]
+	f.cacheMu.Unlock()
+	if !hit {
+		frozen = []LayerID{}
+		for _, l := range st.stack[1:] {
+			ok, err := tx.Has(inodeKey(l, ino))
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				frozen = append(frozen, l)
+			}
+		}
+		f.cacheMu.Lock()
+		if len(f.cache) > 1<<20 {
+			clear(f.cache)
+		}
+		f.cache[ino] = frozen
+		f.cacheMu.Unlock()
+	}
+	return append(out, frozen...), nil
+}
+
+// getInode resolves ino top-down. It returns ENOENT for a missing or deleted
+// inode, plus the layer holding the visible record.
+func (f *FS) getInode(tx kv.Txn, st state, ino InodeID) (*inode, LayerID, error) {
+	layers, err := f.layersOf(tx, st, ino)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, l := range layers {
+		v, err := tx.Get(inodeKey(l, ino))
+		if errors.Is(err, kv.ErrNotFound) {
+			continue // cache hint raced with a newer snapshot
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := decodeInode(ino, v)
+		if err != nil {
+			return nil, 0, err
+		}
+		if n.Deleted {
+			return nil, 0, syscall.ENOENT
+		}
+		return n, l, nil
+	}
+	return nil, 0, syscall.ENOENT
+}
+
+// putInode writes n into the top layer. When the inode is new to the top
+// layer, Cut starts at the inherited size.
+func (f *FS) putInode(tx kv.Txn, st state, n *inode, from LayerID) error {
+	if from != st.stack[0] {
+		n.Cut = n.Size
+	}
+	return tx.Set(inodeKey(st.stack[0], n.Ino), n.encode())
+}
+
+// Allocator hands out inode numbers and layer ids from store-wide counters,
+// reserving ranges so most allocations need no transaction of their own.
+type Allocator struct {
+	store kv.Store
+	mu    sync.Mutex // protects the following
+	next  map[string]uint64
+	limit map[string]uint64
+}
+
+// NewAllocator returns the allocator of a store. Use one per store.
+func NewAllocator(store kv.Store) *Allocator {
+	return &Allocator{store: store, next: map[string]uint64{}, limit: map[string]uint64{}}
+}
+
+const allocBatch = 1024
+
+// Next returns a new value of the named counter. Values are never reused,
+// even across crashes: a range is reserved durably before it is handed out.
+func (a *Allocator) Next(ctx context.Context, counter string) (uint64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.next[counter] >= a.limit[counter] {
+		var lo, hi uint64
+		err := a.store.Update(ctx, func(tx kv.Txn) error {
+			v, err := tx.Get(metaKey("ctr/" + counter))
+			switch {
+			case errors.Is(err, kv.ErrNotFound):
+				lo = 1000 // low numbers are reserved (RootIno, ...)
+			case err != nil:
+				return err
+			default:
+				lo = binary.BigEndian.Uint64(v)
+			}
+			hi = lo + allocBatch
+			return tx.Set(metaKey("ctr/"+counter), u64(nil, hi))
+		})
+		if err != nil {
+			return 0, err
+		}
+		a.next[counter], a.limit[counter] = lo, hi
+	}
+	v := a.next[counter]
+	a.next[counter]++
+	return v, nil
+}

@@ -1,0 +1,147 @@
+package cowfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// A layer record holds the layer below it (0 for a bottom layer).
+func encodeLayer(below LayerID) []byte { return u64(nil, uint64(below)) }
+
+// LoadStack returns the stack whose top is top, top first.
+func LoadStack(ctx context.Context, store kv.Store, top LayerID) ([]LayerID, error) {
+	var stack []LayerID
+	err := store.View(ctx, func(tx kv.Txn) error {
+		stack = stack[:0]
+		for l := top; l != 0; {
+			stack = append(stack, l)
+			if len(stack) > 1<<16 {
+				return fmt.Errorf("cowfs: layer stack of %d too deep (cycle?)", top)
+			}
+			v, err := tx.Get(layerKey(l))
+			if err != nil {
+				return fmt.Errorf("cowfs: layer %d: %w", l, err)
+			}
+			if len(v) < 8 {
+				return errCorrupt
+			}
+			l = LayerID(binary.BigEndian.Uint64(v))
+		}
+		return nil
+	})
+	return stack, err
+}
+
+// Below returns the layer below l (0 for a bottom layer).
+func Below(tx kv.Txn, l LayerID) (LayerID, error) {
+	v, err := tx.Get(layerKey(l))
+	if err != nil {
+		return 0, fmt.Errorf("cowfs: layer %d: %w", l, err)
+	}
+	if len(v) < 8 {
+		return 0, errCorrupt
+	}
+	return LayerID(binary.BigEndian.Uint64(v)), nil
+}
+
+// NewLayerID allocates a layer id. Nothing is stored until PutLayer.
+func (a *Allocator) NewLayerID(ctx context.Context) (LayerID, error) {
+	v, err := a.Next(ctx, "layer")
+	return LayerID(v), err
+}
+
+// PutLayer records layer l over below, inside the caller's transaction.
+func PutLayer(tx kv.Txn, l, below LayerID) error {
+	return tx.Set(layerKey(l), encodeLayer(below))
+}
+
+// LayerEmpty reports whether layer l holds no inode, entry or data.
+func LayerEmpty(tx kv.Txn, l LayerID) (bool, error) {
+	empty := true
+	err := tx.Iterate(layerPrefix(l), nil, true, func(k, v []byte) (bool, error) {
+		empty = false
+		return false, nil
+	})
+	return empty, err
+}
+
+// InitRoot stores the root directory of a new tree in layer l (inside the
+// caller's transaction, which must also PutLayer l).
+func InitRoot(tx kv.Txn, l LayerID, mode, uid, gid uint32, now int64) error {
+	root := &inode{Ino: RootIno, Gen: 1, Type: TypeDir, Mode: mode & ModePerm, Nlink: 2,
+		UID: uid, GID: gid, Atime: now, Mtime: now, Ctime: now}
+	return tx.Set(inodeKey(l, RootIno), root.encode())
+}
+
+// DeleteLayer removes every key of layer l in batches of small transactions
+// (used to reclaim layers nothing references any more). It returns the
+// number of keys removed.
+func DeleteLayer(ctx context.Context, store kv.Store, l LayerID) (int, error) {
+	total := 0
+	for {
+		var keys [][]byte
+		err := store.View(ctx, func(tx kv.Txn) error {
+			keys = keys[:0]
+			return tx.Iterate(layerPrefix(l), nil, true, func(k, _ []byte) (bool, error) {
+				keys = append(keys, append([]byte(nil), k...))
+				return len(keys) < 4096, nil
+			})
+		})
+		if err != nil {
+			return total, err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		err = store.Update(ctx, func(tx kv.Txn) error {
+			for _, k := range keys {
+				if err := tx.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		total += len(keys)
+	}
+	err := store.Update(ctx, func(tx kv.Txn) error {
+		err := tx.Delete(layerKey(l))
+		if errors.Is(err, kv.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	return total, err
+}
+
+// NewTree creates a bottom layer holding an empty root directory and
+// returns it.
+func NewTree(ctx context.Context, store kv.Store, alloc *Allocator, rootMode, uid, gid uint32) (LayerID, error) {
+	l, err := alloc.NewLayerID(ctx)
+	if err != nil {
+		return 0, err
+	}
+	err = store.Update(ctx, func(tx kv.Txn) error {
+		if err := PutLayer(tx, l, 0); err != nil {
+			return err
+		}
+		return InitRoot(tx, l, rootMode, uid, gid, now())
+	})
+	return l, err
+}
+
+// NewLayerOver creates an empty layer over below and returns it.
+func NewLayerOver(ctx context.Context, store kv.Store, alloc *Allocator, below LayerID) (LayerID, error) {
+	l, err := alloc.NewLayerID(ctx)
+	if err != nil {
+		return 0, err
+	}
+	err = store.Update(ctx, func(tx kv.Txn) error { return PutLayer(tx, l, below) })
+	return l, err
+}

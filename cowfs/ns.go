@@ -1,0 +1,826 @@
+package cowfs
+
+import (
+	"errors"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+const (
+	maxNameLen   = 255
+	maxTargetLen = 4096
+)
+
+// checkName validates one path component.
+func checkName(name string) syscall.Errno {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return syscall.EINVAL
+	case len(name) > maxNameLen:
+		return syscall.ENAMETOOLONG
+	case strings.ContainsAny(name, "/\x00"):
+		return syscall.EINVAL
+	}
+	return 0
+}
+
+func now() int64 { return time.Now().UnixNano() }
+
+// slotRec is the topmost record of one directory slot.
+type slotRec struct {
+	found bool // some layer has a record for the slot
+	e     entry
+	layer LayerID
+}
+
+// resolveSlot returns the topmost record of slot s of dir across layers.
+func resolveSlot(tx kv.Txn, layers []LayerID, dir InodeID, s uint64) (slotRec, error) {
+	for _, l := range layers {
+		v, err := tx.Get(entryKey(l, dir, s))
+		if errors.Is(err, kv.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return slotRec{}, err
+		}
+		e, err := decodeEntry(v)
+		if err != nil {
+			return slotRec{}, err
+		}
+		return slotRec{found: true, e: e, layer: l}, nil
+	}
+	return slotRec{}, nil
+}
+
+// findEntry looks name up in dir. It returns the entry and its slot, or
+// ENOENT together with the first free slot where name could go.
+func (f *FS) findEntry(tx kv.Txn, st state, dir InodeID, name string) (entry, uint64, error) {
+	layers, err := f.layersOf(tx, st, dir)
+	if err != nil {
+		return entry{}, 0, err
+	}
+	s := nameSlot(name)
+	free := uint64(0)
+	for i := 0; i < maxProbe; i++ {
+		r, err := resolveSlot(tx, layers, dir, s)
+		if err != nil {
+			return entry{}, 0, err
+		}
+		if !r.found {
+			if free == 0 {
+				free = s
+			}
+			return entry{}, free, syscall.ENOENT
+		}
+		if r.e.Ino == 0 {
+			if free == 0 {
+				free = s
+			}
+		} else if r.e.Name == name {
+			return r.e, s, nil
+		}
+		s++
+		if s == 1<<63 {
+			s = firstSlot
+		}
+	}
+	if free == 0 {
+		return entry{}, 0, syscall.ENOSPC // pathological hash collisions
+	}
+	return entry{}, free, syscall.ENOENT
+}
+
+// dirForWrite loads directory dir for a change in the top layer.
+func (f *FS) dirForWrite(tx kv.Txn, st state, dir InodeID) (*inode, error) {
+	d, err := f.inodeForWrite(tx, st, dir)
+	if err != nil {
+		return nil, err
+	}
+	if d.Type != TypeDir {
+		return nil, syscall.ENOTDIR
+	}
+	return d, nil
+}
+
+// inodeForWrite loads ino for a change in the top layer: when the visible
+// record is in a lower layer, it becomes a copy-up whose Cut is the current
+// size. A missing inode is ESTALE (the caller holds a reference to it).
+func (f *FS) inodeForWrite(tx kv.Txn, st state, ino InodeID) (*inode, error) {
+	n, from, err := f.getInode(tx, st, ino)
+	if errors.Is(err, syscall.ENOENT) {
+		return nil, syscall.ESTALE
+	}
+	if err != nil {
+		return nil, err
+	}
+	if from != st.stack[0] {
+		n.Cut = n.Size
+	}
+	return n, nil
+}
+
+func (f *FS) put(tx kv.Txn, st state, n *inode) error {
+	return tx.Set(inodeKey(st.stack[0], n.Ino), n.encode())
+}
+
+// setEntry stores dir/name -> ino at slot s of the top layer.
+func (f *FS) setEntry(tx kv.Txn, st state, dir InodeID, s uint64, e entry) error {
+	return tx.Set(entryKey(st.stack[0], dir, s), e.encode())
+}
+
+// clearEntry removes the entry at slot s: a whiteout when a lower layer has
+// a record there or the probe chain continues past it, else a plain delete.
+func (f *FS) clearEntry(tx kv.Txn, st state, dir InodeID, s uint64) error {
+	layers, err := f.layersOf(tx, st, dir)
+	if err != nil {
+		return err
+	}
+	var lower []LayerID
+	for _, l := range layers {
+		if l != st.stack[0] {
+			lower = append(lower, l)
+		}
+	}
+	r, err := resolveSlot(tx, lower, dir, s)
+	if err != nil {
+		return err
+	}
+	next, err := resolveSlot(tx, layers, dir, s+1)
+	if err != nil {
+		return err
+	}
+	if !r.found && !next.found {
+		return tx.Delete(entryKey(st.stack[0], dir, s))
+	}
+	return f.setEntry(tx, st, dir, s, entry{})
+}
+
+func (f *FS) getAttr(ino InodeID) (Attr, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(false)
+	if err != nil {
+		return Attr{}, pathErr("getattr", "", err.(syscall.Errno))
+	}
+	var a Attr
+	err = f.store.View(f.ctx, func(tx kv.Txn) error {
+		n, _, err := f.getInode(tx, st, ino)
+		if err != nil {
+			return err
+		}
+		a = n.attr()
+		return nil
+	})
+	if errors.Is(err, syscall.ENOENT) {
+		err = syscall.ESTALE
+	}
+	return a, wrap("getattr", "", err)
+}
+
+func (f *FS) lookup(dir InodeID, name string) (Attr, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(false)
+	if err != nil {
+		return Attr{}, pathErr("lookup", name, err.(syscall.Errno))
+	}
+	var a Attr
+	err = f.store.View(f.ctx, func(tx kv.Txn) error {
+		d, _, err := f.getInode(tx, st, dir)
+		if errors.Is(err, syscall.ENOENT) {
+			return syscall.ESTALE
+		}
+		if err != nil {
+			return err
+		}
+		if d.Type != TypeDir {
+			return syscall.ENOTDIR
+		}
+		if name == "." {
+			a = d.attr()
+			return nil
+		}
+		if name == ".." {
+			p := RootIno
+			if len(d.Links) > 0 {
+				p = d.Links[0].Dir
+			}
+			n, _, err := f.getInode(tx, st, p)
+			if err != nil {
+				return err
+			}
+			a = n.attr()
+			return nil
+		}
+		if e := checkName(name); e != 0 {
+			return e
+		}
+		en, _, err := f.findEntry(tx, st, dir, name)
+		if err != nil {
+			return err
+		}
+		n, _, err := f.getInode(tx, st, en.Ino)
+		if err != nil {
+			return err
+		}
+		a = n.attr()
+		return nil
+	})
+	return a, wrap("lookup", name, err)
+}
+
+// update runs fn in a read-write transaction on a writable view, holding
+// nsMu when ns is set.
+func (f *FS) update(op, name string, ns bool, fn func(tx kv.Txn, st state) error) error {
+	if ns {
+		f.nsMu.Lock()
+		defer f.nsMu.Unlock()
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(true)
+	if err != nil {
+		return pathErr(op, name, err.(syscall.Errno))
+	}
+	err = f.store.Update(f.ctx, func(tx kv.Txn) error { return fn(tx, st) })
+	return wrap(op, name, err)
+}
+
+func (f *FS) newInode(t FileType, a NewAttr, dir InodeID, name string) (*inode, error) {
+	ino, err := f.alloc.Next(f.ctx, "ino")
+	if err != nil {
+		return nil, err
+	}
+	ts := now()
+	n := &inode{Ino: InodeID(ino), Gen: 1, Type: t, Mode: a.Mode & ModePerm, Nlink: 1,
+		UID: a.UID, GID: a.GID, Rdev: a.Rdev, Atime: ts, Mtime: ts, Ctime: ts,
+		Links: []link{{dir, name}}}
+	if !a.Atime.IsZero() {
+		n.Atime = a.Atime.UnixNano()
+	}
+	if !a.Mtime.IsZero() {
+		n.Mtime = a.Mtime.UnixNano()
+	}
+	if t == TypeDir {
+		n.Nlink = 2
+	}
+	return n, nil
+}
+
+// addEntry links n into d at slot s and updates the directory times.
+func (f *FS) addEntry(tx kv.Txn, st state, d *inode, s uint64, n *inode, name string) error {
+	if err := f.setEntry(tx, st, d.Ino, s, entry{Ino: n.Ino, Type: n.Type, Name: name}); err != nil {
+		return err
+	}
+	ts := now()
+	d.Mtime, d.Ctime = ts, ts
+	if n.Type == TypeDir {
+		d.Nlink++
+	}
+	if err := f.put(tx, st, d); err != nil {
+		return err
+	}
+	return f.put(tx, st, n)
+}
+
+func (f *FS) create(dir InodeID, name string, how CreateHow, a NewAttr, verf uint64) (Attr, error) {
+	if e := checkName(name); e != 0 {
+		return Attr{}, pathErr("create", name, e)
+	}
+	n, err := f.newInode(TypeRegular, a, dir, name)
+	if err != nil {
+		return Attr{}, wrap("create", name, err)
+	}
+	if how == CreateExclusive {
+		n.HasVerf, n.Verifier = true, verf
+	}
+	var out Attr
+	err = f.update("create", name, true, func(tx kv.Txn, st state) error {
+		d, err := f.dirForWrite(tx, st, dir)
+		if err != nil {
+			return err
+		}
+		en, s, err := f.findEntry(tx, st, dir, name)
+		if err == nil {
+			old, _, err := f.getInode(tx, st, en.Ino)
+			if err != nil {
+				return err
+			}
+			switch {
+			case how == CreateGuarded:
+				return syscall.EEXIST
+			case how == CreateExclusive:
+				if old.Type == TypeRegular && old.HasVerf && old.Verifier == verf {
+					out = old.attr()
+					return nil
+				}
+				return syscall.EEXIST
+			case old.Type == TypeDir:
+				return syscall.EISDIR
+			}
+			out = old.attr()
+			return nil
+		}
+		if !errors.Is(err, syscall.ENOENT) {
+			return err
+		}
+		if err := f.addEntry(tx, st, d, s, n, name); err != nil {
+			return err
+		}
+		out = n.attr()
+		return nil
+	})
+	return out, err
+}
+
+func (f *FS) mknode(dir InodeID, name string, t FileType, a NewAttr, target string) (Attr, error) {
+	op := "mknod"
+	switch t {
+	case TypeDir:
+		op = "mkdir"
+	case TypeSymlink:
+		op = "symlink"
+		if len(target) > maxTargetLen {
+			return Attr{}, pathErr(op, name, syscall.ENAMETOOLONG)
+		}
+		if strings.IndexByte(target, 0) >= 0 {
+			return Attr{}, pathErr(op, name, syscall.EINVAL)
+		}
+	case TypeFIFO, TypeSocket, TypeChar, TypeBlock:
+	default:
+		return Attr{}, pathErr(op, name, syscall.EINVAL)
+	}
+	if e := checkName(name); e != 0 {
+		return Attr{}, pathErr(op, name, e)
+	}
+	n, err := f.newInode(t, a, dir, name)
+	if err != nil {
+		return Attr{}, wrap(op, name, err)
+	}
+	if t == TypeSymlink {
+		n.Mode = 0o777
+		if a.Mode != 0 {
+			n.Mode = a.Mode & ModePerm
+		}
+		n.Target = target
+	}
+	var out Attr
+	err = f.update(op, name, true, func(tx kv.Txn, st state) error {
+		d, err := f.dirForWrite(tx, st, dir)
+		if err != nil {
+			return err
+		}
+		_, s, err := f.findEntry(tx, st, dir, name)
+		if err == nil {
+			return syscall.EEXIST
+		}
+		if !errors.Is(err, syscall.ENOENT) {
+			return err
+		}
+		if err := f.addEntry(tx, st, d, s, n, name); err != nil {
+			return err
+		}
+		out = n.attr()
+		return nil
+	})
+	return out, err
+}
+
+func (f *FS) link(ino, dir InodeID, name string) (Attr, error) {
+	if e := checkName(name); e != 0 {
+		return Attr{}, pathErr("link", name, e)
+	}
+	var out Attr
+	err := f.update("link", name, true, func(tx kv.Txn, st state) error {
+		n, err := f.inodeForWrite(tx, st, ino)
+		if err != nil {
+			return err
+		}
+		if n.Type == TypeDir {
+			return syscall.EPERM
+		}
+		d, err := f.dirForWrite(tx, st, dir)
+		if err != nil {
+			return err
+		}
+		_, s, err := f.findEntry(tx, st, dir, name)
+		if err == nil {
+			return syscall.EEXIST
+		}
+		if !errors.Is(err, syscall.ENOENT) {
+			return err
+		}
+		if n.Nlink >= 65000 {
+			return syscall.EMLINK
+		}
+		n.Links = append(n.Links, link{dir, name})
+		n.Nlink = uint32(len(n.Links))
+		n.Ctime = now()
+		if err := f.addEntry(tx, st, d, s, n, name); err != nil {
+			return err
+		}
+		out = n.attr()
+		return nil
+	})
+	return out, err
+}
+
+// dropLink removes the link (dir, name) from n and deletes n when no link
+// is left: a tombstone when lower layers hold it, else its records go.
+func (f *FS) dropLink(tx kv.Txn, st state, n *inode, dir InodeID, name string) error {
+	for i, l := range n.Links {
+		if l.Dir == dir && l.Name == name {
+			n.Links = append(n.Links[:i:i], n.Links[i+1:]...)
+			break
+		}
+	}
+	n.Ctime = now()
+	if n.Type == TypeDir {
+		n.Nlink = 0
+	} else {
+		n.Nlink = uint32(len(n.Links))
+	}
+	if n.Type == TypeDir || len(n.Links) == 0 {
+		return f.deleteInode(tx, st, n)
+	}
+	return f.put(tx, st, n)
+}
+
+func (f *FS) deleteInode(tx kv.Txn, st state, n *inode) error {
+	if err := f.dropOwnData(tx, st, n.Ino, 0); err != nil {
+		return err
+	}
+	layers, err := f.layersOf(tx, st, n.Ino)
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		if l != st.stack[0] {
+			t := &inode{Ino: n.Ino, Gen: n.Gen, Type: n.Type, Deleted: true}
+			return f.put(tx, st, t)
+		}
+	}
+	return tx.Delete(inodeKey(st.stack[0], n.Ino))
+}
+
+// dropOwnData deletes the top layer's blocks of ino from block index from.
+// Very large files leave their blocks to the background sweep rather than
+// overflowing the transaction.
+func (f *FS) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64) error {
+	pfx := dataPrefix(st.stack[0], ino)
+	var keys [][]byte
+	err := tx.Iterate(pfx, dataKey(st.stack[0], ino, from), true, func(k, _ []byte) (bool, error) {
+		keys = append(keys, append([]byte(nil), k...))
+		return len(keys) < 50000, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := tx.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *FS) remove(dir InodeID, name string, isDir bool) error {
+	op := "remove"
+	if isDir {
+		op = "rmdir"
+	}
+	if name == "." {
+		return pathErr(op, name, syscall.EINVAL)
+	}
+	if name == ".." {
+		return pathErr(op, name, syscall.ENOTEMPTY)
+	}
+	if e := checkName(name); e != 0 {
+		return pathErr(op, name, e)
+	}
+	return f.update(op, name, true, func(tx kv.Txn, st state) error {
+		d, err := f.dirForWrite(tx, st, dir)
+		if err != nil {
+			return err
+		}
+		en, s, err := f.findEntry(tx, st, dir, name)
+		if err != nil {
+			return err
+		}
+		n, err := f.inodeForWrite(tx, st, en.Ino)
+		if err != nil {
+			return err
+		}
+		if isDir && n.Type != TypeDir {
+			return syscall.ENOTDIR
+		}
+		if !isDir && n.Type == TypeDir {
+			return syscall.EISDIR
+		}
+		if n.Type == TypeDir {
+			if empty, err := f.dirEmpty(tx, st, n.Ino); err != nil {
+				return err
+			} else if !empty {
+				return syscall.ENOTEMPTY
+			}
+			d.Nlink--
+		}
+		if err := f.clearEntry(tx, st, dir, s); err != nil {
+			return err
+		}
+		ts := now()
+		d.Mtime, d.Ctime = ts, ts
+		if err := f.put(tx, st, d); err != nil {
+			return err
+		}
+		return f.dropLink(tx, st, n, dir, name)
+	})
+}
+
+func (f *FS) dirEmpty(tx kv.Txn, st state, dir InodeID) (bool, error) {
+	ents, _, err := f.listLocked(tx, st, dir, 0, 1)
+	return len(ents) == 0, err
+}
+
+// isAncestor reports whether a is dir or one of its ancestors.
+func (f *FS) isAncestor(tx kv.Txn, st state, a, dir InodeID) (bool, error) {
+	for i := 0; i < 4096; i++ {
+		if dir == a {
+			return true, nil
+		}
+		if dir == RootIno {
+			return false, nil
+		}
+		n, _, err := f.getInode(tx, st, dir)
+		if err != nil {
+			return false, err
+		}
+		if len(n.Links) == 0 {
+			return false, nil
+		}
+		dir = n.Links[0].Dir
+	}
+	return false, syscall.ELOOP
+}
+
+func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName string) error {
+	for _, nm := range []string{srcName, dstName} {
+		if e := checkName(nm); e != 0 {
+			return pathErr("rename", nm, e)
+		}
+	}
+	return f.update("rename", srcName, true, func(tx kv.Txn, st state) error {
+		sd, err := f.dirForWrite(tx, st, srcDir)
+		if err != nil {
+			return err
+		}
+		se, ss, err := f.findEntry(tx, st, srcDir, srcName)
+		if err != nil {
+			return err
+		}
+		dd := sd
+		if dstDir != srcDir {
+			if dd, err = f.dirForWrite(tx, st, dstDir); err != nil {
+				return err
+			}
+		}
+		n, err := f.inodeForWrite(tx, st, se.Ino)
+		if err != nil {
+			return err
+		}
+		if n.Type == TypeDir && dstDir != srcDir {
+			if in, err := f.isAncestor(tx, st, n.Ino, dstDir); err != nil {
+				return err
+			} else if in {
+				return syscall.EINVAL
+			}
+		}
+		de, ds, err := f.findEntry(tx, st, dstDir, dstName)
+		switch {
+		case err == nil:
+			if de.Ino == se.Ino {
+				return nil // same file: POSIX says do nothing
+			}
+			old, err := f.inodeForWrite(tx, st, de.Ino)
+			if err != nil {
+				return err
+			}
+			if n.Type == TypeDir && old.Type != TypeDir {
+				return syscall.ENOTDIR
+			}
+			if n.Type != TypeDir && old.Type == TypeDir {
+				return syscall.EISDIR
+			}
+			if old.Type == TypeDir {
+				if empty, err := f.dirEmpty(tx, st, old.Ino); err != nil {
+					return err
+				} else if !empty {
+					return syscall.ENOTEMPTY
+				}
+				dd.Nlink--
+			}
+			if err := f.dropLink(tx, st, old, dstDir, dstName); err != nil {
+				return err
+			}
+		case !errors.Is(err, syscall.ENOENT):
+			return err
+		}
+		if err := f.clearEntry(tx, st, srcDir, ss); err != nil {
+			return err
+		}
+		if err := f.setEntry(tx, st, dstDir, ds, entry{Ino: n.Ino, Type: n.Type, Name: dstName}); err != nil {
+			return err
+		}
+		for i, l := range n.Links {
+			if l.Dir == srcDir && l.Name == srcName {
+				n.Links[i] = link{dstDir, dstName}
+				break
+			}
+		}
+		ts := now()
+		n.Ctime = ts
+		sd.Mtime, sd.Ctime = ts, ts
+		if n.Type == TypeDir && dstDir != srcDir {
+			sd.Nlink--
+			dd.Nlink++
+		}
+		if dd != sd {
+			dd.Mtime, dd.Ctime = ts, ts
+			if err := f.put(tx, st, dd); err != nil {
+				return err
+			}
+		}
+		if err := f.put(tx, st, sd); err != nil {
+			return err
+		}
+		return f.put(tx, st, n)
+	})
+}
+
+func (f *FS) readlink(ino InodeID) (string, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(false)
+	if err != nil {
+		return "", pathErr("readlink", "", err.(syscall.Errno))
+	}
+	var t string
+	err = f.store.View(f.ctx, func(tx kv.Txn) error {
+		n, _, err := f.getInode(tx, st, ino)
+		if errors.Is(err, syscall.ENOENT) {
+			return syscall.ESTALE
+		}
+		if err != nil {
+			return err
+		}
+		if n.Type != TypeSymlink {
+			return syscall.EINVAL
+		}
+		t = n.Target
+		return nil
+	})
+	return t, wrap("readlink", "", err)
+}
+
+func (f *FS) readDir(dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(false)
+	if err != nil {
+		return nil, false, pathErr("readdir", "", err.(syscall.Errno))
+	}
+	var out []DirEntry
+	var eof bool
+	err = f.store.View(f.ctx, func(tx kv.Txn) error {
+		d, _, err := f.getInode(tx, st, dir)
+		if errors.Is(err, syscall.ENOENT) {
+			return syscall.ESTALE
+		}
+		if err != nil {
+			return err
+		}
+		if d.Type != TypeDir {
+			return syscall.ENOTDIR
+		}
+		out, eof, err = f.listLocked(tx, st, dir, cookie, n)
+		return err
+	})
+	return out, eof, wrap("readdir", "", err)
+}
+
+// listLocked merges the entries of dir across the layers holding it, in
+// slot order after cookie, skipping whiteouts; at most n entries.
+func (f *FS) listLocked(tx kv.Txn, st state, dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error) {
+	if n <= 0 {
+		n = 1
+	}
+	layers, err := f.layersOf(tx, st, dir)
+	if err != nil {
+		return nil, false, err
+	}
+	from := cookie + 1
+	if from < firstSlot {
+		from = firstSlot
+	}
+	var out []DirEntry
+	batch := n + 1
+	for {
+		type rec struct {
+			slot  uint64
+			rank  int
+			e     entry
+		}
+		var recs []rec
+		bound := uint64(1<<64 - 1)
+		for rank, l := range layers {
+			cnt := 0
+			var last uint64
+			pfx := entryPrefix(l, dir)
+			err := tx.Iterate(pfx, u64(append([]byte(nil), pfx...), from), false, func(k, v []byte) (bool, error) {
+				e, err := decodeEntry(v)
+				if err != nil {
+					return false, err
+				}
+				last = slotOf(k)
+				recs = append(recs, rec{last, rank, e})
+				cnt++
+				return cnt < batch, nil
+			})
+			if err != nil {
+				return nil, false, err
+			}
+			if cnt == batch && last < bound {
+				bound = last
+			}
+		}
+		sort.Slice(recs, func(i, j int) bool {
+			if recs[i].slot != recs[j].slot {
+				return recs[i].slot < recs[j].slot
+			}
+			return recs[i].rank < recs[j].rank
+		})
+		for i, r := range recs {
+			if r.slot > bound {
+				break
+			}
+			if i > 0 && recs[i-1].slot == r.slot {
+				continue // hidden by an upper layer
+			}
+			if r.e.Ino == 0 {
+				continue
+			}
+			if len(out) == n {
+				return out, false, nil
+			}
+			out = append(out, DirEntry{Name: r.e.Name, Ino: r.e.Ino, Type: r.e.Type, Cookie: r.slot})
+		}
+		if bound == 1<<64-1 {
+			return out, true, nil
+		}
+		from = bound + 1
+		batch *= 2
+	}
+}
+
+func (f *FS) pathOf(ino InodeID) (string, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(false)
+	if err != nil {
+		return "", pathErr("path", "", err.(syscall.Errno))
+	}
+	var parts []string
+	err = f.store.View(f.ctx, func(tx kv.Txn) error {
+		parts = parts[:0]
+		cur := ino
+		for i := 0; cur != RootIno; i++ {
+			if i > 4096 {
+				return syscall.ELOOP
+			}
+			n, _, err := f.getInode(tx, st, cur)
+			if err != nil {
+				return err
+			}
+			if len(n.Links) == 0 {
+				return syscall.ESTALE
+			}
+			parts = append(parts, n.Links[0].Name)
+			cur = n.Links[0].Dir
+		}
+		return nil
+	})
+	if errors.Is(err, syscall.ENOENT) {
+		err = syscall.ESTALE
+	}
+	if err != nil {
+		return "", wrap("path", "", err)
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return strings.Join(parts, "/"), nil
+}

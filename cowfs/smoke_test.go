@@ -1,0 +1,115 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+func newTestFS(t testing.TB, opts Options) (*FS, kv.Store, *Allocator) {
+	t.Helper()
+	st, err := kv.OpenBadger("", kv.BadgerOptions{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	al := NewAllocator(st)
+	l, err := NewTree(context.Background(), st, al, 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := New(st, al, l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, st, al
+}
+
+func TestSmokeLayers(t *testing.T) {
+	ctx := context.Background()
+	f, st, al := newTestFS(t, Options{BlockSize: 4096})
+	b := f.Billy()
+	if err := b.MkdirAll("a/b", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.Create("a/b/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	if _, err := w.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	// Freeze and fork: child over the same base.
+	base := f.Top()
+	ptop, _ := NewLayerOver(ctx, st, al, base)
+	if err := f.SetTop(ptop); err != nil {
+		t.Fatal(err)
+	}
+	ctop, _ := NewLayerOver(ctx, st, al, base)
+	c, err := New(st, al, ctop, Options{BlockSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := c.Billy()
+	wf, err := cb.OpenFile("a/b/f", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf.(*File).WriteAt([]byte("XX"), 5000)
+	if err := wf.Truncate(6000); err != nil {
+		t.Fatal(err)
+	}
+	if err := wf.Truncate(9000); err != nil {
+		t.Fatal(err)
+	}
+	rf, _ := cb.Open("a/b/f")
+	got, _ := io.ReadAll(rf)
+	want := append([]byte(nil), data[:6000]...)
+	copy(want[5000:], "XX")
+	want = append(want, make([]byte, 3000)...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("child content differs (len %d vs %d)", len(got), len(want))
+	}
+	pf, _ := b.Open("a/b/f")
+	got, _ = io.ReadAll(pf)
+	if !bytes.Equal(got, data) {
+		t.Fatal("parent changed by child write")
+	}
+	if err := cb.Remove("a/b/f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cb.Stat("a/b/f"); !os.IsNotExist(err) {
+		t.Fatalf("removed file: %v", err)
+	}
+	if _, err := b.Stat("a/b/f"); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := cb.ReadDir("a/b")
+	if err != nil || len(infos) != 0 {
+		t.Fatalf("readdir after remove: %v %v", infos, err)
+	}
+	if err := cb.Rename("a/b", "a/c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Stat("a/b"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.PathOf(mustStat(t, cb, "a/c"))
+	if err != nil || p != "a/c" {
+		t.Fatalf("path %q %v", p, err)
+	}
+}
+
+func mustStat(t *testing.T, b *Billy, p string) InodeID {
+	fi, err := b.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*Attr).Ino
+}
