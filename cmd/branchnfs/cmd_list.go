@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+	"github.com/spf13/cobra"
+)
+
+type listOptions struct {
+	*globalOptions
+	JSON bool
+	All  bool
+}
+
+func newListCommand(g *globalOptions) *cobra.Command {
+	opts := &listOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "Show the tree of branches with state, fork time and bytes changed",
+		Long: `Show the tree of branches with their state, fork time and the data bytes
+written since the fork. Live and invalidated branches are shown; --all also
+shows committed and aborted ones. --json prints an array of branch objects
+(see README.md).`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runList(cmd.Context(), opts)
+		},
+	}
+	opts.AddFlags(cmd)
+	return cmd
+}
+
+func (o *listOptions) AddFlags(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&o.JSON, "json", false, "print a JSON array of branches")
+	cmd.Flags().BoolVar(&o.All, "all", false, "include committed and aborted branches")
+}
+
+func runList(ctx context.Context, o *listOptions) error {
+	return withBackend(ctx, o.globalOptions, func(b *backend) error {
+		infos, err := b.List(ctx)
+		if err != nil {
+			return err
+		}
+		if !o.All {
+			kept := infos[:0]
+			for _, in := range infos {
+				if in.State == branches.StateLive || in.State == branches.StateInvalidated {
+					kept = append(kept, in)
+				}
+			}
+			infos = kept
+		}
+		if o.JSON {
+			if infos == nil {
+				infos = []branches.Info{}
+			}
+			return writeJSON(o.stdout, infos)
+		}
+		printTree(o.stdout, infos)
+		return nil
+	})
+}
+
+// printTree prints branches as a tree: children under their parent, in
+// fork order.
+func printTree(w io.Writer, infos []branches.Info) {
+	byID := make(map[branches.BranchID]bool, len(infos))
+	for _, in := range infos {
+		byID[in.ID] = true
+	}
+	children := make(map[branches.BranchID][]branches.Info)
+	var roots []branches.Info
+	for _, in := range infos {
+		if in.ParentID != 0 && byID[in.ParentID] {
+			children[in.ParentID] = append(children[in.ParentID], in)
+		} else {
+			roots = append(roots, in)
+		}
+	}
+	order := func(s []branches.Info) {
+		sort.Slice(s, func(i, j int) bool {
+			if !s[i].ForkTime.Equal(s[j].ForkTime) {
+				return s[i].ForkTime.Before(s[j].ForkTime)
+			}
+			return s[i].ID < s[j].ID
+		})
+	}
+	order(roots)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "BRANCH\tSTATE\tFORKED\tCHANGED\tNOTE")
+	var walk func(in branches.Info, prefix, branch string)
+	walk = func(in branches.Info, prefix, branch string) {
+		forked := "-"
+		if in.Depth > 0 && !in.ForkTime.IsZero() {
+			forked = in.ForkTime.Local().Format(time.DateTime)
+		}
+		var notes []string
+		if in.ForkedFrom != "" {
+			notes = append(notes, "from checkpoint "+in.ForkedFrom)
+		}
+		if in.InvalidatedBy != "" {
+			notes = append(notes, "by "+in.InvalidatedBy)
+		}
+		if len(in.Checkpoints) > 0 {
+			notes = append(notes, "checkpoints: "+strings.Join(in.Checkpoints, ", "))
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\n", branch, in.Name, in.State, forked, humanBytes(in.BytesChanged), strings.Join(notes, "; "))
+		kids := children[in.ID]
+		order(kids)
+		for i, k := range kids {
+			if i == len(kids)-1 {
+				walk(k, prefix+"   ", prefix+"└─ ")
+			} else {
+				walk(k, prefix+"│  ", prefix+"├─ ")
+			}
+		}
+	}
+	for _, r := range roots {
+		walk(r, "", "")
+	}
+	tw.Flush()
+}
+
+// humanBytes formats n with a binary unit.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// diff
+
+type diffOptions struct {
+	*globalOptions
+	JSON bool
+	Name string
+}
+
+func newDiffCommand(g *globalOptions) *cobra.Command {
+	opts := &diffOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "diff NAME",
+		Short: "List what branch NAME changed since its fork",
+		Long: `List the paths branch NAME added (A), modified (M) and deleted (D) since its
+fork, with byte counts. Names on the ignore list (._*, .DS_Store, .nfs.*)
+are left out. --json prints the diff object (see README.md).`,
+		Args: exactArgs("NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Name = args[0]
+			return runDiff(cmd.Context(), opts)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the diff as JSON")
+	return cmd
+}
+
+func runDiff(ctx context.Context, o *diffOptions) error {
+	return withBackend(ctx, o.globalOptions, func(b *backend) error {
+		d, err := b.Diff(ctx, o.Name)
+		if err != nil {
+			return err
+		}
+		if o.JSON {
+			if d.Changes == nil {
+				d.Changes = []branches.Change{}
+			}
+			return writeJSON(o.stdout, d)
+		}
+		printDiff(o.stdout, d)
+		return nil
+	})
+}
+
+func printDiff(w io.Writer, d branches.Diff) {
+	var added, modified, deleted int
+	var total int64
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, c := range d.Changes {
+		k := "?"
+		switch c.Kind {
+		case branches.Added:
+			k = "A"
+			added++
+		case branches.Modified:
+			k = "M"
+			modified++
+		case branches.Deleted:
+			k = "D"
+			deleted++
+		}
+		total += c.Bytes
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k, c.Type, humanBytes(c.Bytes), c.Path)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d change(s) in %s since its fork from %s: %d added, %d modified, %d deleted, %s\n",
+		len(d.Changes), d.Branch, orDash(d.Parent), added, modified, deleted, humanBytes(total))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/nfsserver"
+	"github.com/branchnfs/branchnfs/nfsserver/control"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+)
+
+type serveOptions struct {
+	*globalOptions
+	From        string
+	Listen      string
+	AllowRemote bool
+	Sync        bool
+	LogLevel    string
+}
+
+func newServeCommand(g *globalOptions) *cobra.Command {
+	opts := &serveOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve every live branch over NFSv3 (creating the store on first use)",
+		Long: `Serve every live branch over NFSv3 and MOUNT v3 on one port: export /B is
+branch B, export / shows every live branch as a directory. The store and
+branch main are created on first use (--from DIR imports DIR into a new
+store's main). The control API listens on STORE/control.sock.
+
+SIGINT or SIGTERM stops the server cleanly: requests in flight finish, the
+store is synced and closed. Unmount clients first.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd.Context(), opts)
+		},
+	}
+	opts.AddFlags(cmd)
+	return cmd
+}
+
+func (o *serveOptions) AddFlags(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&o.From, "from", "", "import this directory into main when the store is created")
+	cmd.Flags().StringVar(&o.Listen, "listen", defaultListen, "NFS address host:port (port 0 picks a free port)")
+	cmd.Flags().BoolVar(&o.AllowRemote, "allow-remote", false, "allow a --listen address other than loopback")
+	cmd.Flags().BoolVar(&o.Sync, "sync", false, "make every write durable against power loss before acknowledging it")
+	cmd.Flags().StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+// checkListen refuses a non-loopback address unless allowRemote, and warns
+// when it is allowed.
+func checkListen(listen string, allowRemote bool, stderr io.Writer) error {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return usagef("--listen %q: %v", listen, err)
+	}
+	loopback := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		loopback = true
+	}
+	if loopback {
+		return nil
+	}
+	if !allowRemote {
+		return usagef("--listen %q is not a loopback address; branchnfs has no authentication, so add --allow-remote if you really want other machines to reach every branch", listen)
+	}
+	fmt.Fprintf(stderr, "branchnfs: WARNING: listening on %s: any machine that reaches this address can read and write every branch (no authentication)\n", listen)
+	return nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, usagef("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+func runServe(ctx context.Context, o *serveOptions) (err error) {
+	if err := checkListen(o.Listen, o.AllowRemote, o.stderr); err != nil {
+		return err
+	}
+	level, err := parseLevel(o.LogLevel)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: level}))
+	dir, err := o.storeDir()
+	if err != nil {
+		return err
+	}
+	sock := control.SocketPath(dir)
+	if _, st, err := control.Dial(ctx, sock, dialTimeout); err == nil {
+		return fmt.Errorf("%w: a server (pid %d) already serves %s on %s", errStoreBusy, st.PID, dir, st.Listen)
+	}
+	fresh := !storeExists(dir)
+	start := time.Now()
+	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := s.Close(); cerr != nil {
+			logger.Error("close store", "err", cerr)
+			if err == nil {
+				err = fmt.Errorf("close store: %w", cerr)
+			}
+		}
+	}()
+	if fresh {
+		fmt.Fprintf(o.stderr, "branchnfs: created store %s with branch main\n", dir)
+	}
+	if o.From != "" {
+		if fresh {
+			if err := importIntoMain(ctx, s.mgr, o.From, o.stderr); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(o.stderr, "branchnfs: store %s already exists; ignoring --from %s\n", dir, o.From)
+		}
+	}
+
+	nfs, err := nfsserver.New(nfsserver.Options{Branches: s.mgr, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.Listen, err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
+	cln, err := control.Listen(sock)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	started := time.Now()
+	status := control.Status{
+		Version: version, PID: os.Getpid(), Store: dir,
+		Listen: addr.String(), Port: addr.Port, Started: started.UTC(),
+	}
+	ctl, err := control.NewServer(control.ServerOptions{
+		Backend: s.mgr,
+		Status:  func() control.Status { return status },
+		Logger:  logger,
+	})
+	if err != nil {
+		ln.Close()
+		cln.Close()
+		return err
+	}
+	if err := writeServeInfo(dir, serveInfo{Listen: addr.String(), Port: addr.Port, PID: os.Getpid(), Started: started.UTC().Format(time.RFC3339)}); err != nil {
+		logger.Warn("cannot record the listen address", "err", err)
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := nfs.Serve(gctx, ln); err != nil && !errors.Is(err, nfsserver.ErrServerClosed) {
+			return fmt.Errorf("nfs server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := ctl.Serve(gctx, cln); err != nil {
+			return fmt.Errorf("control server: %w", err)
+		}
+		return nil
+	})
+	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start))
+
+	// Both servers return when ctx is cancelled (SIGINT/SIGTERM) or when one
+	// of them fails; then close the other one too.
+	g.Go(func() error {
+		<-gctx.Done()
+		ctl.Close()
+		nfs.Close()
+		return nil
+	})
+	werr := g.Wait()
+	fmt.Fprintln(o.stderr, "branchnfs: stopping: syncing and closing the store")
+	if werr != nil {
+		return werr
+	}
+	return nil // a signal is a clean stop
+}
+
+func writeServeInfo(dir string, si serveInfo) error {
+	b, err := json.MarshalIndent(si, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, serveFileName+".tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, serveFileName))
+}
+
+// printBanner prints where the server listens and how to mount the live
+// branches.
+func printBanner(ctx context.Context, w io.Writer, mgr *branches.Manager, dir, sock string, addr *net.TCPAddr, took time.Duration) {
+	host := mountHost(addr.String())
+	fmt.Fprintf(w, "branchnfs %s serving %s on %s (ready in %s)\n", version, dir, addr, took.Round(time.Millisecond))
+	fmt.Fprintf(w, "control API: curl --unix-socket %s http://branchnfs/v1/status\n", shellQuote(sock))
+	goos := runtime.GOOS
+	mnt := func(export, name string) string {
+		args, err := mountArgs(goos, host, addr.Port, export, mountPointHint(goos, name))
+		if err != nil {
+			return err.Error()
+		}
+		return shellJoin(args)
+	}
+	fmt.Fprintf(w, "mount every branch (export /):\n  %s\n", mnt("/", "all"))
+	infos, err := mgr.List(ctx)
+	if err != nil {
+		fmt.Fprintf(w, "cannot list branches: %v\n", err)
+		return
+	}
+	var live []string
+	for _, in := range infos {
+		if in.State == branches.StateLive && !strings.HasPrefix(in.Name, ".import-") {
+			live = append(live, in.Name)
+		}
+	}
+	const maxShown = 10
+	fmt.Fprintf(w, "live branches (%d):\n", len(live))
+	for i, name := range live {
+		if i == maxShown {
+			fmt.Fprintf(w, "  ... and %d more (branchnfs list; branchnfs mount NAME DIR --print)\n", len(live)-maxShown)
+			break
+		}
+		fmt.Fprintf(w, "  %s\n", mnt(control.ExportPath(name), name))
+	}
+}
+
+// mountPointHint is the example mount point the banner shows.
+func mountPointHint(goos, name string) string {
+	if goos == "darwin" {
+		return "~/.branchnfs/mnt/" + name // outside TCC-protected folders
+	}
+	return "/mnt/branchnfs/" + name
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// runMountCommand runs `mount -t nfs`, explaining the usual failures.
+func runMountCommand(ctx context.Context, args []string, host string, port int, export, dir string) error {
+	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	msg := strings.TrimSpace(string(out))
+	var hint string
+	switch {
+	case os.Geteuid() != 0:
+		hint = fmt.Sprintf("mount -t nfs needs root on Linux: run it with sudo, or add this line to /etc/fstab and run `mount %s` as yourself:\n  %s",
+			dir, fstabLine(host, port, export, dir))
+	case strings.Contains(msg, "bad option") || strings.Contains(msg, "helper program") || strings.Contains(msg, "unknown filesystem type"):
+		hint = "this system has no NFS client: install nfs-common (Debian/Ubuntu) or nfs-utils (Fedora)"
+	}
+	if hint != "" {
+		return fmt.Errorf("%w: `%s`: %s (%v)\n%s", errMountFailed, shellJoin(args), msg, err, hint)
+	}
+	return fmt.Errorf("%w: `%s`: %s (%v)", errMountFailed, shellJoin(args), msg, err)
+}
+
+// runUmountCommand runs umount.
+func runUmountCommand(ctx context.Context, dir string, stderr io.Writer) error {
+	out, err := exec.CommandContext(ctx, "umount", dir).CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	msg := strings.TrimSpace(string(out))
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: umount %s: %s (%v)\numount needs root unless /etc/fstab has a \"user\" entry for %s: run it with sudo",
+			errMountFailed, dir, msg, err, dir)
+	}
+	return fmt.Errorf("%w: umount %s: %s (%v)", errMountFailed, dir, msg, err)
+}

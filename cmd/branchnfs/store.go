@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/nfsserver/control"
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+)
+
+// Store directory layout:
+//
+//	STORE/db/            the Badger database
+//	STORE/control.sock   the control API socket of the running server
+//	STORE/lock           flock'ed by the process that owns the store
+//	STORE/serve.json     the address the server listens on (kept after it stops)
+const (
+	dbDirName     = "db"
+	lockFileName  = "lock"
+	serveFileName = "serve.json"
+)
+
+var (
+	errNoStore     = errors.New("no store")
+	errStoreBusy   = errors.New("store busy")
+	errStoreExists = errors.New("store already exists")
+	errMountFailed = errors.New("mount failed")
+)
+
+// dialTimeout bounds how long a command waits for a running server to
+// answer on the control socket before opening the store itself.
+const dialTimeout = 3 * time.Second
+
+// globalOptions are the flags every command takes.
+type globalOptions struct {
+	Store string
+
+	stdout, stderr io.Writer
+}
+
+func (o *globalOptions) AddFlags(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&o.Store, "store", "",
+		"store directory (default $BRANCHNFS_STORE, else "+defaultStoreHint+")")
+}
+
+// storeDir returns the absolute store directory.
+func (o *globalOptions) storeDir() (string, error) {
+	dir := o.Store
+	if dir == "" {
+		dir = os.Getenv("BRANCHNFS_STORE")
+	}
+	if dir == "" {
+		d, err := defaultStoreDir()
+		if err != nil {
+			return "", fmt.Errorf("cannot find a default store directory (%v); use --store or $BRANCHNFS_STORE", err)
+		}
+		dir = d
+	}
+	return filepath.Abs(dir)
+}
+
+func storeExists(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, dbDirName))
+	return err == nil && fi.IsDir()
+}
+
+// storeLock is an exclusive flock on STORE/lock: one process owns a store.
+type storeLock struct{ f *os.File }
+
+func lockStore(dir string) (*storeLock, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(f.Name())
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			holder := strings.TrimSpace(string(b))
+			if holder != "" {
+				holder = " (pid " + holder + ")"
+			}
+			return nil, fmt.Errorf("%w: store %s is in use by another branchnfs process%s that does not answer on %s",
+				errStoreBusy, dir, holder, control.SocketPath(dir))
+		}
+		return nil, fmt.Errorf("lock store %s: %w", dir, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return &storeLock{f: f}, nil
+}
+
+func (l *storeLock) unlock() {
+	l.f.Truncate(0)
+	unix.Flock(int(l.f.Fd()), unix.LOCK_UN)
+	l.f.Close()
+}
+
+// openedStore is a store this process opened itself.
+type openedStore struct {
+	dir  string
+	kv   kv.Store
+	mgr  *branches.Manager
+	lock *storeLock
+}
+
+type openOptions struct {
+	create     bool // create the store if missing
+	syncWrites bool
+	logger     *slog.Logger
+}
+
+// openStore opens (or creates) the store in dir directly. The caller must
+// Close it.
+func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, error) {
+	if !storeExists(dir) {
+		if !oo.create {
+			return nil, fmt.Errorf("%w at %s: run `branchnfs init` or `branchnfs serve` first", errNoStore, dir)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create store: %w", err)
+		}
+	}
+	lk, err := lockStore(dir)
+	if err != nil {
+		return nil, err
+	}
+	logger := oo.logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	st, err := kv.OpenBadger(filepath.Join(dir, dbDirName), kv.BadgerOptions{SyncWrites: oo.syncWrites, Logger: logger})
+	if err != nil {
+		lk.unlock()
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	mgr, err := branches.Open(ctx, branches.Options{Store: st})
+	if err != nil {
+		st.Close()
+		lk.unlock()
+		return nil, fmt.Errorf("open branches of %s: %w", dir, err)
+	}
+	return &openedStore{dir: dir, kv: st, mgr: mgr, lock: lk}, nil
+}
+
+// Close syncs and closes the branches, the store and the lock.
+func (s *openedStore) Close() error {
+	err := s.mgr.Sync(context.Background())
+	if cerr := s.mgr.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := s.kv.Close(); err == nil && !errors.Is(cerr, kv.ErrClosed) {
+		err = cerr
+	}
+	s.lock.unlock()
+	return err
+}
+
+// backend is what branch commands run against: the running server's API,
+// or the store opened directly.
+type backend struct {
+	control.Backend
+	client *control.Client // nil in direct mode
+	status control.Status  // of the server, when client != nil
+	store  *openedStore    // nil in API mode
+}
+
+func (b *backend) Close() error {
+	if b.client != nil {
+		b.client.Close()
+		return nil
+	}
+	return b.store.Close()
+}
+
+// openBackend reaches the running server's API if one answers on the
+// store's socket, else opens the store directly.
+func (o *globalOptions) openBackend(ctx context.Context) (*backend, error) {
+	dir, err := o.storeDir()
+	if err != nil {
+		return nil, err
+	}
+	if c, st, err := control.Dial(ctx, control.SocketPath(dir), dialTimeout); err == nil {
+		return &backend{Backend: c, client: c, status: st}, nil
+	} else if !errors.Is(err, control.ErrNoServer) {
+		return nil, err
+	}
+	s, err := openStore(ctx, dir, openOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &backend{Backend: s.mgr, store: s}, nil
+}
