@@ -1,0 +1,339 @@
+// Package branchops measures branch operations (fork, commit, abort)
+// in-process on a real Badger store, and the storage growth workloads EDIT16
+// and Prepend of issue 6.
+package branchops
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/branchnfs/branchnfs/bench/stats"
+	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Store is an open store with its branch manager.
+type Store struct {
+	Dir string
+	KV  kv.Store
+	M   *branches.Manager
+}
+
+// Open opens (creating) a store in dir with default options.
+func Open(ctx context.Context, dir string) (*Store, error) {
+	s, err := kv.OpenBadger(dir, kv.BadgerOptions{GCInterval: -1})
+	if err != nil {
+		return nil, err
+	}
+	m, err := branches.Open(ctx, branches.Options{Store: s})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &Store{Dir: dir, KV: s, M: m}, nil
+}
+
+// Close closes the manager and the store.
+func (s *Store) Close() error {
+	err := s.M.Close()
+	if err2 := s.KV.Close(); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// WriteFile creates dir/name in branch (dir an inode of that branch) and
+// writes data in 1 MiB pieces.
+func WriteFile(m *branches.Manager, branch string, dir cowfs.InodeID, name string, data []byte) (cowfs.InodeID, error) {
+	v, _, err := m.View(branch)
+	if err != nil {
+		return 0, err
+	}
+	a, err := v.Create(dir, name, cowfs.CreateUnchecked, cowfs.NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		return 0, err
+	}
+	for off := 0; off < len(data); off += 1 << 20 {
+		if _, err := v.WriteAt(a.Ino, data[off:min(off+1<<20, len(data))], int64(off)); err != nil {
+			return 0, err
+		}
+	}
+	return a.Ino, nil
+}
+
+// Populate fills branch main with n files of size bytes, 1,000 per
+// directory.
+func Populate(m *branches.Manager, n, size int) error {
+	v, _, err := m.View("main")
+	if err != nil {
+		return err
+	}
+	content := make([]byte, size)
+	var dir cowfs.InodeID
+	for i := 0; i < n; i++ {
+		if i%1000 == 0 {
+			a, err := v.Mkdir(cowfs.RootIno, fmt.Sprintf("d%04d", i/1000), cowfs.NewAttr{Mode: 0o755})
+			if err != nil {
+				return err
+			}
+			dir = a.Ino
+		}
+		content[0], content[1], content[2] = byte(i), byte(i>>8), byte(i>>16)
+		a, err := v.Create(dir, fmt.Sprintf("f%06d", i), cowfs.CreateUnchecked, cowfs.NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := v.WriteAt(a.Ino, content, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OpsResult holds latency summaries in microseconds.
+type OpsResult struct {
+	BaseFiles int                      `json:"base_files"`
+	Fork      stats.Summary            `json:"fork_us"`
+	Abort     stats.Summary            `json:"abort_us"`
+	Commit    map[string]stats.Summary `json:"commit_us"` // by changed size label
+	PopulateS float64                  `json:"populate_seconds"`
+}
+
+// CommitSizes are the changed-data sizes of the commit benchmark.
+var CommitSizes = []struct {
+	Label string
+	Bytes int
+}{{"1KB", 1000}, {"1MB", 1000 * 1000}, {"100MB", 100 * 1000 * 1000}}
+
+// Ops measures, on a fresh store in dir holding baseFiles files in main:
+// forks of main (n of them, then each aborted, timing both), and commits of
+// a fresh child into an unchanged main after writing each of sizes (runs
+// commits per size, fewer for 100MB: bigRuns).
+func Ops(ctx context.Context, dir string, baseFiles, n, runs, bigRuns int, maxCommit int) (OpsResult, error) {
+	res := OpsResult{BaseFiles: baseFiles, Commit: map[string]stats.Summary{}}
+	s, err := Open(ctx, dir)
+	if err != nil {
+		return res, err
+	}
+	defer s.Close()
+	t0 := time.Now()
+	if err := Populate(s.M, baseFiles, 100); err != nil {
+		return res, fmt.Errorf("populate: %w", err)
+	}
+	res.PopulateS = time.Since(t0).Seconds()
+	forks := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		t := time.Now()
+		if _, err := s.M.Fork(ctx, "main", fmt.Sprintf("fork%d", i)); err != nil {
+			return res, fmt.Errorf("fork: %w", err)
+		}
+		forks = append(forks, time.Since(t))
+	}
+	aborts := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		t := time.Now()
+		if _, err := s.M.Abort(ctx, fmt.Sprintf("fork%d", i)); err != nil {
+			return res, fmt.Errorf("abort: %w", err)
+		}
+		aborts = append(aborts, time.Since(t))
+	}
+	res.Fork, res.Abort = stats.Summarize(stats.Micros(forks)), stats.Summarize(stats.Micros(aborts))
+	for _, cs := range CommitSizes {
+		if cs.Bytes > maxCommit {
+			continue
+		}
+		r := runs
+		if cs.Bytes >= 100e6 {
+			r = bigRuns
+		}
+		data := make([]byte, cs.Bytes)
+		for i := range data {
+			data[i] = byte(i * 7)
+		}
+		var ds []time.Duration
+		for i := 0; i < r; i++ {
+			name := fmt.Sprintf("c%s-%d", cs.Label, i)
+			if _, err := s.M.Fork(ctx, "main", name); err != nil {
+				return res, err
+			}
+			if _, err := WriteFile(s.M, name, cowfs.RootIno, name+".bin", data); err != nil {
+				return res, fmt.Errorf("write into %s: %w", name, err)
+			}
+			t := time.Now()
+			cr, err := s.M.Commit(ctx, name)
+			if err != nil {
+				return res, fmt.Errorf("commit %s: %w", name, err)
+			}
+			ds = append(ds, time.Since(t))
+			if !cr.FastPath {
+				return res, fmt.Errorf("commit %s into an unchanged parent did not take the fast path", name)
+			}
+		}
+		res.Commit[cs.Label] = stats.Summarize(stats.Micros(ds))
+	}
+	return res, nil
+}
+
+// DirSize is the disk space under dir: allocated blocks, as du counts them.
+func DirSize(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if err != nil {
+				return err
+			}
+			total += blocks(fi)
+		}
+		return nil
+	})
+	return total, err
+}
+
+// GrowthResult is one storage growth measurement.
+type GrowthResult struct {
+	Workload    string  `json:"workload"`
+	BaseBytes   int64   `json:"base_bytes"`  // store after the 32 MiB file, compacted and synced
+	AfterBytes  int64   `json:"after_bytes"` // store after the workload, compacted and synced
+	AddedBytes  int64   `json:"added_bytes"`
+	AddedMiB    float64 `json:"added_mib"`
+	KVSizeBase  int64   `json:"kv_size_base"` // kv.Store.Size (Badger's own estimate)
+	KVSizeAfter int64   `json:"kv_size_after"`
+}
+
+const fileSize = 32 << 20
+
+// settle syncs, compacts, and closes the store, and returns its size on
+// disk and Badger's own estimate.
+func settle(ctx context.Context, s *Store) (int64, int64, error) {
+	if err := s.KV.Sync(ctx); err != nil {
+		return 0, 0, err
+	}
+	if err := s.KV.Compact(ctx); err != nil {
+		return 0, 0, err
+	}
+	if err := s.KV.Sync(ctx); err != nil {
+		return 0, 0, err
+	}
+	kvs, _ := s.KV.Size()
+	if err := s.Close(); err != nil {
+		return 0, 0, err
+	}
+	du, err := DirSize(s.Dir)
+	return du, kvs, err
+}
+
+// Growth runs workload ("EDIT16" or "Prepend") on a fresh store in dir that
+// holds one 32 MiB file of pseudo-random bytes (data) in main.
+func Growth(ctx context.Context, dir, workload string, data []byte) (GrowthResult, error) {
+	res := GrowthResult{Workload: workload}
+	s, err := Open(ctx, dir)
+	if err != nil {
+		return res, err
+	}
+	if _, err := WriteFile(s.M, "main", cowfs.RootIno, "big.bin", data); err != nil {
+		s.Close()
+		return res, err
+	}
+	if res.BaseBytes, res.KVSizeBase, err = settle(ctx, s); err != nil {
+		return res, err
+	}
+	if s, err = Open(ctx, dir); err != nil {
+		return res, err
+	}
+	switch workload {
+	case "EDIT16":
+		err = edit16(ctx, s.M)
+	case "Prepend":
+		err = prepend(ctx, s.M, data)
+	default:
+		err = fmt.Errorf("unknown workload %q", workload)
+	}
+	if err != nil {
+		s.Close()
+		return res, fmt.Errorf("%s: %w", workload, err)
+	}
+	if res.AfterBytes, res.KVSizeAfter, err = settle(ctx, s); err != nil {
+		return res, err
+	}
+	res.AddedBytes = res.AfterBytes - res.BaseBytes
+	res.AddedMiB = float64(res.AddedBytes) / (1 << 20)
+	return res, nil
+}
+
+// edit16: 16 rounds of fork, a 10-byte marker at ((i+1)*2654435761) mod
+// (2^25-10), commit.
+func edit16(ctx context.Context, m *branches.Manager) error {
+	for i := 0; i < 16; i++ {
+		name := fmt.Sprintf("edit%d", i)
+		if _, err := m.Fork(ctx, "main", name); err != nil {
+			return err
+		}
+		v, _, err := m.View(name)
+		if err != nil {
+			return err
+		}
+		a, err := v.Lookup(cowfs.RootIno, "big.bin")
+		if err != nil {
+			return err
+		}
+		off := int64((uint64(i+1) * 2654435761) % (1<<25 - 10))
+		if _, err := v.WriteAt(a.Ino, []byte(fmt.Sprintf("MARKER%04d", i)), off); err != nil {
+			return err
+		}
+		if _, err := m.Commit(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepend: fork, write "PREPEND010" then the whole original into a new
+// file, rename it over the original, commit.
+func prepend(ctx context.Context, m *branches.Manager, data []byte) error {
+	if _, err := m.Fork(ctx, "main", "prepend"); err != nil {
+		return err
+	}
+	buf := append([]byte("PREPEND010"), data...)
+	if _, err := WriteFile(m, "prepend", cowfs.RootIno, "big.bin.new", buf); err != nil {
+		return err
+	}
+	v, _, err := m.View("prepend")
+	if err != nil {
+		return err
+	}
+	if err := v.Rename(cowfs.RootIno, "big.bin.new", cowfs.RootIno, "big.bin"); err != nil {
+		return err
+	}
+	_, err = m.Commit(ctx, "prepend")
+	return err
+}
+
+// Available reports whether the branches package is implemented (the
+// skeleton panics "todo").
+func Available(ctx context.Context) (ok bool, why string) {
+	dir, err := os.MkdirTemp("", "branchops-probe")
+	if err != nil {
+		return false, err.Error()
+	}
+	defer os.RemoveAll(dir)
+	defer func() {
+		if r := recover(); r != nil {
+			ok, why = false, fmt.Sprint("branches panics: ", r)
+		}
+	}()
+	s, err := Open(ctx, dir)
+	if err != nil {
+		return false, err.Error()
+	}
+	s.Close()
+	return true, ""
+}

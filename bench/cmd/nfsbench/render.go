@@ -1,0 +1,283 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/branchnfs/branchnfs/bench/stats"
+)
+
+// BranchFS's published figures, in microseconds.
+var branchFSRef = map[string]string{
+	"fork":         "~300 µs",
+	"commit 1KB":   "317 µs",
+	"commit 1MB":   "2.1 ms",
+	"commit 100MB": "—",
+	"abort":        "~300–900 µs",
+}
+
+// targetUS is the PRODUCT.md p50 target per operation, in microseconds.
+var targetUS = map[string]float64{"fork": 100, "commit": 1000, "abort": 1000}
+
+func us(v float64) string {
+	switch {
+	case v == 0 || math.IsNaN(v):
+		return "—"
+	case v >= 1e6:
+		return fmt.Sprintf("%.2f s", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.2f ms", v/1e3)
+	default:
+		return fmt.Sprintf("%.0f µs", v)
+	}
+}
+
+func p50p99(s stats.Summary) string {
+	if s.N == 0 {
+		return "—"
+	}
+	return us(s.Median) + " / " + us(s.P99)
+}
+
+func num(v float64) string {
+	switch {
+	case v == 0:
+		return "—"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%.1f", v)
+	}
+}
+
+// mmm renders median (min–max).
+func mmm(s stats.Summary) string {
+	if s.N == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%s (%s–%s)", num(s.Median), num(s.Min), num(s.Max))
+}
+
+func ratio(a, b stats.Summary) string {
+	if a.N == 0 || b.N == 0 || b.Median == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", a.Median/b.Median)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+// renderMarkdown prints every table and the list of missed targets.
+func renderMarkdown(r *Results) string {
+	var b strings.Builder
+	var missed []string
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	mode := "full"
+	if r.Config.Quick {
+		mode = "quick"
+	}
+	p("# branchnfs benchmark (%s run)\n\n", mode)
+	p("%s, commit %s, %d CPUs, %s; %d runs per figure (median (min–max)); %.0f s total.\n\n", r.Date, r.Commit, r.CPUs, r.GoVer, r.Config.Runs, r.Duration)
+
+	// 1. Branch operations.
+	if len(r.BranchOpsInProcess)+len(r.BranchOpsAPI) > 0 {
+		p("## 1. Branch operations (p50 / p99)\n\n")
+		p("| operation | base files | in-process | control API | target p50 | BranchFS | verdict (in-process p50) |\n|---|---|---|---|---|---|---|\n")
+		api := map[int]apiOpsResult{}
+		for _, a := range r.BranchOpsAPI {
+			api[a.BaseFiles] = a
+		}
+		bases := []int{}
+		seen := map[int]bool{}
+		for _, x := range r.BranchOpsInProcess {
+			bases, seen[x.BaseFiles] = append(bases, x.BaseFiles), true
+		}
+		for _, a := range r.BranchOpsAPI {
+			if !seen[a.BaseFiles] {
+				bases = append(bases, a.BaseFiles)
+			}
+		}
+		inproc := map[int]int{}
+		for i, x := range r.BranchOpsInProcess {
+			inproc[x.BaseFiles] = i
+		}
+		for _, op := range []string{"fork", "commit 1KB", "commit 1MB", "commit 100MB", "abort"} {
+			for _, base := range bases {
+				var ip, ap stats.Summary
+				if i, ok := inproc[base]; ok {
+					x := r.BranchOpsInProcess[i]
+					switch op {
+					case "fork":
+						ip = x.Fork
+					case "abort":
+						ip = x.Abort
+					default:
+						ip = x.Commit[strings.TrimPrefix(op, "commit ")]
+					}
+				}
+				a := api[base]
+				switch op {
+				case "fork":
+					ap = a.Fork
+				case "abort":
+					ap = a.Abort
+				default:
+					ap = a.Commit[strings.TrimPrefix(op, "commit ")]
+				}
+				if ip.N == 0 && ap.N == 0 {
+					continue
+				}
+				tgt := targetUS[strings.Fields(op)[0]]
+				v := "—"
+				if ip.N > 0 {
+					ok := ip.Median < tgt
+					v = verdict(ok)
+					if !ok {
+						missed = append(missed, fmt.Sprintf("%s p50 in-process at %d files: %s (target < %s)", op, base, us(ip.Median), us(tgt)))
+					}
+				}
+				p("| %s | %d | %s | %s | < %s | %s | %s |\n", op, base, p50p99(ip), p50p99(ap), us(tgt), branchFSRef[op], v)
+			}
+		}
+		p("\n")
+		for _, a := range r.BranchOpsAPI {
+			if a.CLIFork.N > 0 || a.ImportS > 0 {
+				p("- base %d: `branchnfs init --from` import %.2f s; `branchnfs fork` via the CLI (process start included) p50 %s.\n", a.BaseFiles, a.ImportS, us(a.CLIFork.Median))
+			}
+		}
+		for _, x := range r.BranchOpsInProcess {
+			p("- base %d: in-process population %.2f s.\n", x.BaseFiles, x.PopulateS)
+		}
+		p("\n")
+	}
+	if len(r.GoTestBench) > 0 {
+		p("`go test -bench ./branches/` (lead's benchmarks), median ns/op:\n\n| benchmark | median | min | max |\n|---|---|---|---|\n")
+		for k, v := range r.GoTestBench {
+			p("| %s | %s | %s | %s |\n", k, us(v.Median/1e3), us(v.Min/1e3), us(v.Max/1e3))
+		}
+		p("\n")
+	}
+
+	// 2. Throughput.
+	if len(r.Seq) > 0 {
+		p("## 2. Sequential throughput, %d MiB file (MiB/s, checksums verified)\n\n", r.Config.SeqMiB)
+		p("| server | client | write | write vs ganesha | read | read vs ganesha | verified runs |\n|---|---|---|---|---|---|---|\n")
+		ref := map[string]seqRow{}
+		for _, s := range r.Seq {
+			if strings.HasPrefix(s.Server, "nfs-ganesha") {
+				ref[s.Client] = s
+			}
+		}
+		for _, s := range r.Seq {
+			g := ref[s.Client]
+			extra := ""
+			if s.Error != "" {
+				extra = " (error: " + shorten(s.Error) + ")"
+			}
+			p("| %s | %s | %s | %s | %s | %s | %d%s |\n", s.Server, s.Client, mmm(s.Write), ratio(s.Write, g.Write), mmm(s.Read), ratio(s.Read, g.Read), s.Verified, extra)
+			if strings.HasPrefix(s.Server, "branchnfs") && g.Write.N > 0 {
+				for _, x := range []struct {
+					what   string
+					a, ref stats.Summary
+				}{{"write", s.Write, g.Write}, {"read", s.Read, g.Read}} {
+					if x.a.N == 0 || x.a.Median < x.ref.Median {
+						missed = append(missed, fmt.Sprintf("sequential %s, %s, %s: %s MiB/s vs ganesha %s (%s)", x.what, s.Server, s.Client, num(x.a.Median), num(x.ref.Median), ratio(x.a, x.ref)))
+					}
+				}
+			}
+		}
+		p("\n")
+	}
+
+	// 3. Metadata.
+	if len(r.Meta) > 0 {
+		p("## 3. Metadata, %d files of 1 KiB, %d workers (operations/s)\n\n", r.Config.MetaFiles, r.Config.MetaWorkers)
+		p("| server | create | stat (LOOKUP) | list (entries/s) | remove | vs ganesha (create / stat / list / remove) |\n|---|---|---|---|---|---|\n")
+		var g metaRow
+		for _, m := range r.Meta {
+			if strings.HasPrefix(m.Server, "nfs-ganesha") {
+				g = m
+			}
+		}
+		for _, m := range r.Meta {
+			extra := ""
+			if m.Error != "" {
+				extra = " (error: " + shorten(m.Error) + ")"
+			}
+			p("| %s | %s | %s | %s | %s | %s / %s / %s / %s%s |\n", m.Server, mmm(m.Create), mmm(m.Stat), mmm(m.List), mmm(m.Remove),
+				ratio(m.Create, g.Create), ratio(m.Stat, g.Stat), ratio(m.List, g.List), ratio(m.Remove, g.Remove), extra)
+			if strings.HasPrefix(m.Server, "branchnfs") && g.Create.N > 0 {
+				for _, x := range []struct {
+					what   string
+					a, ref stats.Summary
+				}{{"create", m.Create, g.Create}, {"stat", m.Stat, g.Stat}, {"list", m.List, g.List}, {"remove", m.Remove, g.Remove}} {
+					if x.a.N == 0 || x.a.Median < x.ref.Median {
+						missed = append(missed, fmt.Sprintf("metadata %s: %s ops/s vs ganesha %s (%s)", x.what, num(x.a.Median), num(x.ref.Median), ratio(x.a, x.ref)))
+					}
+				}
+			}
+		}
+		p("\n")
+	}
+
+	// 4. Storage.
+	if len(r.Storage) > 0 {
+		p("## 4. Storage growth on a 32 MiB file (store size after compaction + sync)\n\n")
+		p("| workload | bytes added | MiB added | target | LayerFS | Badger's own size estimate (before → after) | verdict |\n|---|---|---|---|---|---|---|\n")
+		for _, s := range r.Storage {
+			tgt, ref := 0.225, "0.225 MiB"
+			if s.Workload == "Prepend" {
+				tgt, ref = 0.0256, "0.0256 MiB"
+			}
+			ok := s.AddedMiB < tgt
+			if !ok {
+				missed = append(missed, fmt.Sprintf("storage %s: %.4f MiB added (target < %g MiB)", s.Workload, s.AddedMiB, tgt))
+			}
+			p("| %s | %d | %.4f | < %g MiB | %s | %d → %d | %s |\n", s.Workload, s.AddedBytes, s.AddedMiB, tgt, ref, s.KVSizeBase, s.KVSizeAfter, verdict(ok))
+		}
+		p("\n")
+	}
+
+	// 5. Memory.
+	if len(r.Memory) > 0 {
+		p("## 5. branchnfs server memory (VmHWM)\n\n| phase | peak RSS | target | verdict |\n|---|---|---|---|\n")
+		for _, m := range r.Memory {
+			mib := float64(m.PeakRSS) / (1 << 20)
+			ok := mib < 400
+			if !ok {
+				missed = append(missed, fmt.Sprintf("server memory during %s: %.0f MiB (target < 400 MiB)", m.Phase, mib))
+			}
+			p("| %s | %.0f MiB | < 400 MiB | %s |\n", m.Phase, mib, verdict(ok))
+		}
+		p("\n")
+	}
+
+	p("## Targets missed\n\n")
+	if len(missed) == 0 && len(r.Errors) == 0 {
+		p("None.\n")
+	}
+	for _, m := range missed {
+		p("- %s\n", m)
+	}
+	for _, e := range r.Errors {
+		p("- not measured: %s\n", shorten(e))
+	}
+	for _, n := range r.Notes {
+		p("- note: %s\n", n)
+	}
+	return b.String()
+}
+
+func shorten(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}

@@ -1,0 +1,630 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/branchnfs/branchnfs/bench/branchops"
+	"github.com/branchnfs/branchnfs/bench/nfsclient"
+	"github.com/branchnfs/branchnfs/bench/stats"
+	"github.com/branchnfs/branchnfs/bench/workload"
+	"github.com/branchnfs/branchnfs/nfsserver/control"
+)
+
+// suiteConfig holds the sizes of one run.
+type suiteConfig struct {
+	Quick       bool   `json:"quick"`
+	Runs        int    `json:"runs"`
+	SeqMiB      int    `json:"seq_mib"`
+	ReqSize     int    `json:"req_size"`
+	Conns       int    `json:"conns"`
+	Depth       int    `json:"depth"`
+	MetaFiles   int    `json:"meta_files"`
+	MetaWorkers int    `json:"meta_workers"`
+	Bases       []int  `json:"bases"`
+	OpRuns      int    `json:"op_runs"`  // forks/aborts and small commits per base
+	BigRuns     int    `json:"big_runs"` // 100 MB commits per base
+	MaxCommit   int    `json:"max_commit_bytes"`
+	Sections    string `json:"sections"`
+}
+
+// Results is the JSON written to bench/results.
+type Results struct {
+	Date     string      `json:"date"`
+	Commit   string      `json:"commit"`
+	Host     string      `json:"host"`
+	GoVer    string      `json:"go"`
+	CPUs     int         `json:"cpus"`
+	Config   suiteConfig `json:"config"`
+	Duration float64     `json:"duration_seconds"`
+
+	BranchOpsInProcess []branchops.OpsResult    `json:"branch_ops_in_process,omitempty"`
+	BranchOpsAPI       []apiOpsResult           `json:"branch_ops_api,omitempty"`
+	GoTestBench        map[string]stats.Summary `json:"go_test_bench_ns_per_op,omitempty"`
+	Seq                []seqRow                 `json:"seq,omitempty"`
+	Meta               []metaRow                `json:"meta,omitempty"`
+	Storage            []branchops.GrowthResult `json:"storage,omitempty"`
+	Memory             []memRow                 `json:"memory,omitempty"`
+	Errors             []string                 `json:"errors,omitempty"`
+	Notes              []string                 `json:"notes,omitempty"`
+}
+
+type seqRow struct {
+	Server   string        `json:"server"`
+	Client   string        `json:"client"`
+	Write    stats.Summary `json:"write_mibps"`
+	Read     stats.Summary `json:"read_mibps"`
+	Verified int           `json:"verified_runs"`
+	Error    string        `json:"error,omitempty"`
+}
+
+type metaRow struct {
+	Server string        `json:"server"`
+	Create stats.Summary `json:"create_ops"`
+	Stat   stats.Summary `json:"stat_ops"`
+	List   stats.Summary `json:"list_entries_per_s"`
+	Remove stats.Summary `json:"remove_ops"`
+	Error  string        `json:"error,omitempty"`
+}
+
+type memRow struct {
+	Phase   string `json:"phase"`
+	PeakRSS int64  `json:"peak_rss_bytes"` // VmHWM
+}
+
+type apiOpsResult struct {
+	BaseFiles int                      `json:"base_files"`
+	ImportS   float64                  `json:"import_seconds"`
+	Fork      stats.Summary            `json:"fork_us"`
+	Abort     stats.Summary            `json:"abort_us"`
+	Commit    map[string]stats.Summary `json:"commit_us"`
+	CLIFork   stats.Summary            `json:"cli_fork_us"`
+	Error     string                   `json:"error,omitempty"`
+}
+
+type suite struct {
+	cfg      suiteConfig
+	tmp      string
+	bnfs     string // branchnfs binary ("" when unavailable)
+	osnfs    string
+	res      *Results
+	log      io.Writer
+	sections map[string]bool
+}
+
+func (s *suite) logf(format string, a ...any) {
+	fmt.Fprintf(s.log, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, a...))
+}
+
+func (s *suite) fail(section string, err error) {
+	msg := fmt.Sprintf("%s: %v", section, err)
+	s.logf("ERROR %s", msg)
+	s.res.Errors = append(s.res.Errors, msg)
+}
+
+func runSuite(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	quick := fs.Bool("quick", false, "small sizes, under 2 minutes")
+	runs := fs.Int("runs", 5, "runs per throughput/metadata figure (median, min, max)")
+	bnfs := fs.String("branchnfs", "", "branchnfs binary (empty: peers only)")
+	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
+	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
+	commit := fs.String("commit", "unknown", "commit id for the result name")
+	sections := fs.String("sections", "branchops,seq,meta,storage,gotest", "comma-separated sections to run")
+	keep := fs.Bool("keep", false, "keep the temporary directory")
+	fs.Parse(args)
+
+	cfg := suiteConfig{Quick: *quick, Runs: *runs, SeqMiB: 256, ReqSize: 1 << 20, Conns: 4, Depth: 2,
+		MetaFiles: 10000, MetaWorkers: 4, Bases: []int{100, 10000, 100000}, OpRuns: 50, BigRuns: 5,
+		MaxCommit: 100e6, Sections: *sections}
+	if *quick {
+		cfg.SeqMiB, cfg.MetaFiles, cfg.Bases, cfg.OpRuns, cfg.BigRuns, cfg.MaxCommit = 32, 1000, []int{100, 1000}, 20, 0, 1e6
+	}
+	tmp, err := os.MkdirTemp("", "nfsb")
+	if err != nil {
+		return err
+	}
+	if !*keep {
+		defer os.RemoveAll(tmp)
+	}
+	host, _ := os.Hostname()
+	start := time.Now()
+	s := &suite{cfg: cfg, tmp: tmp, bnfs: *bnfs, osnfs: *osnfs, log: os.Stderr, sections: map[string]bool{},
+		res: &Results{Date: start.UTC().Format(time.RFC3339), Commit: *commit, Host: host, GoVer: runtime.Version(), CPUs: runtime.NumCPU(), Config: cfg}}
+	for _, x := range strings.Split(*sections, ",") {
+		s.sections[strings.TrimSpace(x)] = true
+	}
+	s.logf("tmp %s; config %+v", tmp, cfg)
+	ctx := context.Background()
+
+	if s.sections["branchops"] || s.sections["storage"] {
+		if ok, why := branchops.Available(ctx); !ok {
+			s.fail("branches (in-process)", fmt.Errorf("not available: %s", why))
+		} else {
+			if s.sections["branchops"] {
+				s.inProcessOps(ctx)
+			}
+			if s.sections["storage"] {
+				s.storage(ctx)
+			}
+		}
+	}
+	if s.sections["gotest"] {
+		s.goTestBench()
+	}
+	if s.sections["branchops"] && s.bnfs != "" {
+		s.apiOps(ctx)
+	}
+	if s.sections["seq"] || s.sections["meta"] {
+		s.nfsWorkloads()
+	}
+	s.res.Duration = time.Since(start).Seconds()
+
+	md := renderMarkdown(s.res)
+	fmt.Print(md)
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		base := filepath.Join(*out, start.UTC().Format("2006-01-02")+"-"+*commit)
+		if *quick {
+			base += "-quick"
+		}
+		b, _ := json.MarshalIndent(s.res, "", "  ")
+		if err := os.WriteFile(base+".json", append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(base+".md", []byte(md), 0o644); err != nil {
+			return err
+		}
+		s.logf("wrote %s.json and %s.md (%.0f s)", base, base, s.res.Duration)
+	}
+	return nil
+}
+
+func (s *suite) inProcessOps(ctx context.Context) {
+	for _, base := range s.cfg.Bases {
+		dir := filepath.Join(s.tmp, fmt.Sprintf("inproc-%d", base))
+		s.logf("in-process branch ops, base %d files", base)
+		r, err := branchops.Ops(ctx, dir, base, s.cfg.OpRuns, s.cfg.OpRuns, s.cfg.BigRuns, s.cfg.MaxCommit)
+		os.RemoveAll(dir)
+		if err != nil {
+			s.fail(fmt.Sprintf("in-process ops (base %d)", base), err)
+			continue
+		}
+		s.res.BranchOpsInProcess = append(s.res.BranchOpsInProcess, r)
+	}
+}
+
+func (s *suite) storage(ctx context.Context) {
+	data := workload.Data(32, 32<<20)
+	for _, w := range []string{"EDIT16", "Prepend"} {
+		dir := filepath.Join(s.tmp, "growth-"+w)
+		s.logf("storage growth %s", w)
+		r, err := branchops.Growth(ctx, dir, w, data)
+		os.RemoveAll(dir)
+		if err != nil {
+			s.fail("storage "+w, err)
+			continue
+		}
+		s.res.Storage = append(s.res.Storage, r)
+	}
+}
+
+// goTestBench runs the lead's in-process benchmarks of package branches, if
+// there are any, and keeps the median ns/op of each.
+func (s *suite) goTestBench() {
+	list, err := exec.Command("go", "test", "-list", "^Benchmark", "./branches/").Output()
+	if err != nil {
+		s.fail("go test -list ./branches", err)
+		return
+	}
+	var names []string
+	for _, l := range strings.Split(string(list), "\n") {
+		if strings.HasPrefix(l, "Benchmark") {
+			names = append(names, l)
+		}
+	}
+	if len(names) == 0 {
+		s.res.Notes = append(s.res.Notes, "package branches has no Benchmark functions yet")
+		return
+	}
+	count, bt := "5", "200x"
+	if s.cfg.Quick {
+		count, bt = "3", "50x"
+	}
+	s.logf("go test -bench in ./branches: %v", names)
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchtime", bt, "-count", count, "./branches/").CombinedOutput()
+	if err != nil {
+		s.fail("go test -bench ./branches", fmt.Errorf("%w: %s", err, tail2(string(out), 15)))
+	}
+	s.res.GoTestBench = parseBench(string(out))
+}
+
+func tail2(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// parseBench collects ns/op per benchmark name from go test -bench output.
+func parseBench(out string) map[string]stats.Summary {
+	vals := map[string][]float64{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		for i := 2; i+1 < len(f); i++ {
+			if f[i+1] == "ns/op" {
+				var v float64
+				if _, err := fmt.Sscan(f[i], &v); err == nil {
+					name := f[0]
+					if j := strings.LastIndex(name, "-"); j > 0 {
+						name = name[:j]
+					}
+					vals[name] = append(vals[name], v)
+				}
+			}
+		}
+	}
+	res := map[string]stats.Summary{}
+	for k, v := range vals {
+		res[k] = stats.Summarize(v)
+	}
+	return res
+}
+
+// makeTree writes n files of 100 bytes, 1,000 per directory, under dir.
+func makeTree(dir string, n int) error {
+	content := make([]byte, 100)
+	for i := 0; i < n; i++ {
+		d := filepath.Join(dir, fmt.Sprintf("d%04d", i/1000))
+		if i%1000 == 0 {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+		}
+		content[0], content[1], content[2] = byte(i), byte(i>>8), byte(i>>16)
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%06d", i)), content, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newStore creates a branchnfs store imported from a tree of base files.
+func (s *suite) newStore(name string, base int) (string, float64, error) {
+	store := filepath.Join(s.tmp, name)
+	src := filepath.Join(s.tmp, name+"-src")
+	if err := makeTree(src, base); err != nil {
+		return "", 0, err
+	}
+	defer os.RemoveAll(src)
+	t := time.Now()
+	if _, err := branchnfsCLI(s.bnfs, "init", "--store", store, "--from", src); err != nil {
+		return "", 0, err
+	}
+	return store, time.Since(t).Seconds(), nil
+}
+
+func (s *suite) recordMem(phase string, srv *server) {
+	hwm, _ := srv.memory()
+	if hwm > 0 {
+		s.res.Memory = append(s.res.Memory, memRow{Phase: phase, PeakRSS: hwm})
+	}
+}
+
+// apiOps times fork, abort and commit through the control API of a running
+// server, and fork through the CLI (process start included).
+func (s *suite) apiOps(ctx context.Context) {
+	for _, base := range s.cfg.Bases {
+		r := apiOpsResult{BaseFiles: base, Commit: map[string]stats.Summary{}}
+		err := s.apiOpsBase(ctx, base, &r)
+		if err != nil {
+			r.Error = err.Error()
+			s.fail(fmt.Sprintf("API ops (base %d)", base), err)
+		}
+		s.res.BranchOpsAPI = append(s.res.BranchOpsAPI, r)
+	}
+}
+
+func (s *suite) apiOpsBase(ctx context.Context, base int, r *apiOpsResult) error {
+	s.logf("API branch ops, base %d files", base)
+	store, imp, err := s.newStore(fmt.Sprintf("api-%d", base), base)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(store)
+	r.ImportS = imp
+	srv, err := startBranchnfs(s.bnfs, store, filepath.Join(s.tmp, fmt.Sprintf("branchnfs-api-%d.log", base)))
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	defer s.recordMem(fmt.Sprintf("API branch ops, base %d", base), srv)
+	c, _, err := control.Dial(ctx, control.SocketPath(store), 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	n := s.cfg.OpRuns
+	var forks, aborts []time.Duration
+	for i := 0; i < n; i++ {
+		t := time.Now()
+		if _, err := c.Fork(ctx, "main", fmt.Sprintf("af%d", i)); err != nil {
+			return fmt.Errorf("fork: %w", err)
+		}
+		forks = append(forks, time.Since(t))
+	}
+	for i := 0; i < n; i++ {
+		t := time.Now()
+		if _, err := c.Abort(ctx, fmt.Sprintf("af%d", i)); err != nil {
+			return fmt.Errorf("abort: %w", err)
+		}
+		aborts = append(aborts, time.Since(t))
+	}
+	r.Fork, r.Abort = stats.Summarize(stats.Micros(forks)), stats.Summarize(stats.Micros(aborts))
+	var cli []time.Duration
+	for i := 0; i < min(n, 10); i++ {
+		t := time.Now()
+		if _, err := branchnfsCLI(s.bnfs, "fork", "--store", store, "main", fmt.Sprintf("cf%d", i)); err != nil {
+			return err
+		}
+		cli = append(cli, time.Since(t))
+		if _, err := c.Abort(ctx, fmt.Sprintf("cf%d", i)); err != nil {
+			return err
+		}
+	}
+	r.CLIFork = stats.Summarize(stats.Micros(cli))
+	for _, cs := range branchops.CommitSizes {
+		if cs.Bytes > s.cfg.MaxCommit {
+			continue
+		}
+		runs := n
+		if cs.Bytes >= 100e6 {
+			runs = s.cfg.BigRuns
+		}
+		data := workload.Data(uint64(cs.Bytes), cs.Bytes)
+		var ds []time.Duration
+		for i := 0; i < runs; i++ {
+			name := fmt.Sprintf("ac%s-%d", cs.Label, i)
+			if _, err := c.Fork(ctx, "main", name); err != nil {
+				return fmt.Errorf("fork: %w", err)
+			}
+			if err := nfsWrite(srv.target(name), name+".bin", data); err != nil {
+				return fmt.Errorf("write %s over NFS: %w", name, err)
+			}
+			t := time.Now()
+			cr, err := c.Commit(ctx, name)
+			if err != nil {
+				return fmt.Errorf("commit %s: %w", name, err)
+			}
+			ds = append(ds, time.Since(t))
+			if !cr.FastPath {
+				s.res.Notes = append(s.res.Notes, fmt.Sprintf("API commit %s (base %d) took the merge path", name, base))
+			}
+		}
+		r.Commit[cs.Label] = stats.Summarize(stats.Micros(ds))
+	}
+	return nil
+}
+
+// nfsWrite writes data to a new file in an export's root (UNSTABLE 1 MiB
+// writes, then COMMIT).
+func nfsWrite(t nfsclient.Target, name string, data []byte) error {
+	c, err := nfsclient.Dial(t)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fh, err := c.Create(c.Root, name, 0o644)
+	if err != nil {
+		return err
+	}
+	req := min(1<<20, int(c.WTMax))
+	for off := 0; off < len(data); off += req {
+		if err := c.WriteFull(fh, uint64(off), data[off:min(off+req, len(data))], nfsclient.Unstable); err != nil {
+			return err
+		}
+	}
+	return c.Commit(fh)
+}
+
+// peer is one export under test.
+type peer struct {
+	label string
+	srv   *server
+	t     nfsclient.Target
+	meta  bool // run the metadata workload here
+}
+
+func (s *suite) nfsWorkloads() {
+	var peers []peer
+	var stops []*server
+	defer func() {
+		for _, x := range stops {
+			if err := x.stop(); err != nil {
+				s.fail("stop "+x.kind, err)
+			}
+		}
+	}()
+	if s.bnfs != "" {
+		if err := func() error {
+			store, _, err := s.newStore("data", 100)
+			if err != nil {
+				return err
+			}
+			srv, err := startBranchnfs(s.bnfs, store, filepath.Join(s.tmp, "branchnfs-data.log"))
+			if err != nil {
+				return err
+			}
+			stops = append(stops, srv)
+			peers = append(peers, peer{"branchnfs main", srv, srv.target("main"), true})
+			parent := "main"
+			for _, b := range []string{"d1", "d2", "d3"} {
+				if _, err := branchnfsCLI(s.bnfs, "fork", "--store", store, parent, b); err != nil {
+					return err
+				}
+				parent = b
+			}
+			peers = append(peers, peer{"branchnfs depth 3", srv, srv.target("d3"), false})
+			return nil
+		}(); err != nil {
+			s.fail("branchnfs setup", err)
+		}
+	}
+	if g, err := startGanesha(s.tmp); err != nil {
+		s.fail("ganesha setup", err)
+	} else {
+		stops = append(stops, g)
+		peers = append(peers, peer{"nfs-ganesha (VFS)", g, g.target(""), true})
+	}
+	if s.osnfs != "" {
+		if o, err := startOsnfs(s.tmp, s.osnfs); err != nil {
+			s.fail("osnfs setup", err)
+		} else {
+			stops = append(stops, o)
+			peers = append(peers, peer{"go-nfs osnfs", o, o.target(""), true})
+		}
+	}
+	if s.sections["seq"] {
+		s.seq(peers)
+	}
+	if s.sections["meta"] {
+		s.meta(peers)
+	}
+	for _, p := range peers {
+		if p.srv.kind == "branchnfs" && p.label == "branchnfs main" {
+			s.recordMem("NFS workloads (seq + meta)", p.srv)
+		}
+	}
+}
+
+func (s *suite) seq(peers []peer) {
+	size := s.cfg.SeqMiB << 20
+	data := workload.Data(1, size)
+	want := sha256.Sum256(data)
+	src := filepath.Join(shmDir(s.tmp), "nfsbench-src.bin")
+	back := filepath.Join(shmDir(s.tmp), "nfsbench-back.bin")
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		s.fail("seq", err)
+		return
+	}
+	defer os.Remove(src)
+	defer os.Remove(back)
+	for _, p := range peers {
+		// Go client.
+		row := seqRow{Server: p.label, Client: fmt.Sprintf("Go (%d KiB req, %d conns x %d in flight)", s.cfg.ReqSize>>10, s.cfg.Conns, s.cfg.Depth)}
+		var w, r []float64
+		for i := 0; i < s.cfg.Runs; i++ {
+			s.logf("seq %s go client run %d", p.label, i+1)
+			res, err := workload.Seq(p.t, data, workload.SeqOptions{Name: "seq.bin", ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth})
+			if err != nil {
+				row.Error = err.Error()
+				s.fail("seq go "+p.label, err)
+				break
+			}
+			w, r = append(w, res.WriteMiBps), append(r, res.ReadMiBps)
+			row.Verified++
+		}
+		row.Write, row.Read = stats.Summarize(w), stats.Summarize(r)
+		s.res.Seq = append(s.res.Seq, row)
+
+		// libnfs nfs-cp.
+		row = seqRow{Server: p.label, Client: "nfs-cp (libnfs)"}
+		w, r = nil, nil
+		for i := 0; i < s.cfg.Runs; i++ {
+			s.logf("seq %s nfs-cp run %d", p.label, i+1)
+			name := fmt.Sprintf("cp%d.bin", i)
+			url := p.srv.url(p.t, name)
+			os.Remove(back)
+			t0 := time.Now()
+			out, err := exec.Command("nfs-cp", src, url).CombinedOutput()
+			wt := time.Since(t0)
+			if err == nil {
+				t0 = time.Now()
+				var out2 []byte
+				out2, err = exec.Command("nfs-cp", url, back).CombinedOutput()
+				out = append(out, out2...)
+			}
+			rt := time.Since(t0)
+			if err != nil {
+				row.Error = fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(out)))
+				s.fail("seq nfs-cp "+p.label, fmt.Errorf("%s", row.Error))
+				break
+			}
+			got, err := fileSHA(back)
+			if err != nil || got != want {
+				row.Error = fmt.Sprintf("checksum mismatch after nfs-cp round trip (err %v)", err)
+				s.fail("seq nfs-cp "+p.label, fmt.Errorf("%s", row.Error))
+				break
+			}
+			row.Verified++
+			mib := float64(size) / (1 << 20)
+			w, r = append(w, mib/wt.Seconds()), append(r, mib/rt.Seconds())
+			if c, err := nfsclient.Dial(p.t); err == nil {
+				c.Remove(c.Root, name)
+				c.Close()
+			}
+		}
+		row.Write, row.Read = stats.Summarize(w), stats.Summarize(r)
+		s.res.Seq = append(s.res.Seq, row)
+	}
+}
+
+func shmDir(fallback string) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		return "/dev/shm"
+	}
+	return fallback
+}
+
+func fileSHA(path string) ([32]byte, error) {
+	var sum [32]byte
+	f, err := os.Open(path)
+	if err != nil {
+		return sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+func (s *suite) meta(peers []peer) {
+	for _, p := range peers {
+		if !p.meta {
+			continue
+		}
+		row := metaRow{Server: p.label}
+		var cr, st, ls, rm []float64
+		for i := 0; i < s.cfg.Runs; i++ {
+			s.logf("meta %s run %d", p.label, i+1)
+			res, err := workload.Meta(p.t, workload.MetaOptions{Dir: fmt.Sprintf("meta%d", i), Files: s.cfg.MetaFiles, FileSize: 1024, Workers: s.cfg.MetaWorkers})
+			if err != nil {
+				row.Error = err.Error()
+				s.fail("meta "+p.label, err)
+				break
+			}
+			cr, st, ls, rm = append(cr, res.CreateOps), append(st, res.StatOps), append(ls, res.ListOps), append(rm, res.RemoveOps)
+		}
+		row.Create, row.Stat, row.List, row.Remove = stats.Summarize(cr), stats.Summarize(st), stats.Summarize(ls), stats.Summarize(rm)
+		s.res.Meta = append(s.res.Meta, row)
+	}
+}
