@@ -132,6 +132,10 @@ type bootResult struct {
 	err     error                  // harness-level failure (timeout, qemu died...)
 }
 
+// stepIdleTimeout bounds the time between two lines from the guest: boot,
+// or one step. The slowest step (rm -rf of 3,000 files) takes about 20 s.
+const stepIdleTimeout = 150 * time.Second
+
 // hostAction performs one HOST request of the guest.
 type hostAction func(args []string) error
 
@@ -219,25 +223,40 @@ func bootGuest(t *testing.T, img *guestImage, helper, script string, env map[str
 	defer conn.Close()
 
 	lines := make(chan string)
+	stopReading := make(chan struct{})
+	defer close(stopReading)
 	go func() {
+		defer close(lines)
 		sc := bufio.NewScanner(conn)
 		sc.Buffer(make([]byte, 64<<10), 64<<10)
 		for sc.Scan() {
-			lines <- strings.TrimRight(sc.Text(), "\r")
+			select {
+			case lines <- strings.TrimRight(sc.Text(), "\r"):
+			case <-stopReading:
+				return
+			}
 		}
-		close(lines)
 	}()
 
 	last := start
 	done := false
+	// A step that hangs (a hard NFS mount retries forever) must not eat the
+	// whole budget: give up when the guest is silent for too long.
+	idle := time.NewTimer(stepIdleTimeout)
+	defer idle.Stop()
 	for lines != nil {
 		select {
+		case <-idle.C:
+			res.err = fmt.Errorf("guest silent for %v (a step hangs?); killed it", stepIdleTimeout)
+			cmd.Process.Kill()
+			lines = nil
 		case line, ok := <-lines:
 			if !ok {
 				lines = nil
 				break
 			}
 			now := time.Now()
+			idle.Reset(stepIdleTimeout)
 			f := strings.Fields(line)
 			if len(f) == 0 {
 				continue

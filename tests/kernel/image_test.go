@@ -75,14 +75,21 @@ func prepareImage(t *testing.T) (*guestImage, error) {
 			return nil, fmt.Errorf("dpkg-deb -x %s: %v: %s", deb, err, out)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
+	// Build next to the final directory and rename it into place, so a
+	// concurrent or interrupted build never leaves a half-written image.
+	build, err := os.MkdirTemp(root, key+".build-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(build)
 	vmlinuz, _ := filepath.Glob(filepath.Join(tree, "boot", "vmlinuz-*"))
 	if len(vmlinuz) != 1 {
 		return nil, fmt.Errorf("kernel package %s: want one boot/vmlinuz-*, found %v", kpkg, vmlinuz)
 	}
-	if err := copyFile(vmlinuz[0], filepath.Join(dir, "vmlinuz.tmp")); err != nil {
+	if err := copyFile(vmlinuz[0], filepath.Join(build, "vmlinuz")); err != nil {
 		return nil, err
 	}
 
@@ -116,13 +123,11 @@ func prepareImage(t *testing.T) (*guestImage, error) {
 	for gz.Len()%4 != 0 {
 		gz.WriteByte(0)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "base.cpio.gz.tmp"), gz.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(build, "base.cpio.gz"), gz.Bytes(), 0o644); err != nil {
 		return nil, err
 	}
-	for _, n := range []string{"vmlinuz", "base.cpio.gz"} {
-		if err := os.Rename(filepath.Join(dir, n+".tmp"), filepath.Join(dir, n)); err != nil {
-			return nil, err
-		}
+	if err := os.Rename(build, dir); err != nil && cachedImage(dir, key) == nil {
+		return nil, fmt.Errorf("install image: %w", err)
 	}
 	img := cachedImage(dir, key)
 	if img == nil {
