@@ -93,7 +93,8 @@ func printTree(w io.Writer, infos []branches.Info) {
 		})
 	}
 	order(roots)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var buf strings.Builder
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "BRANCH\tSTATE\tFORKED\tCHANGED\tNOTE")
 	var walk func(in branches.Info, prefix, branch string)
 	walk = func(in branches.Info, prefix, branch string) {
@@ -126,6 +127,11 @@ func printTree(w io.Writer, infos []branches.Info) {
 		walk(r, "", "")
 	}
 	tw.Flush()
+	for _, line := range strings.SplitAfter(buf.String(), "\n") {
+		if line != "" {
+			fmt.Fprintln(w, strings.TrimRight(line, " \n"))
+		}
+	}
 }
 
 // humanBytes formats n with a binary unit.

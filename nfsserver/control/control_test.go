@@ -10,230 +10,23 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/nfsserver/control/controltest"
 )
 
-// fakeBackend is a small in-memory model of the branch lifecycle, enough to
-// exercise the API: names, fork, first-commit-wins, abort, checkpoints.
-type fakeBackend struct {
-	mu    sync.Mutex
-	infos map[string]*branches.Info
-	cps   map[string]bool // branch/label
-	next  branches.BranchID
-	fail  error // returned by every call when set
-	panic bool  // every call panics when set
-}
-
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-
-func newFake() *fakeBackend {
-	return &fakeBackend{
-		infos: map[string]*branches.Info{"main": {ID: 1, Name: "main", State: branches.StateLive}},
-		cps:   map[string]bool{},
-		next:  2,
-	}
-}
-
-func (f *fakeBackend) check() error {
-	if f.panic {
-		panic("fake backend exploded")
-	}
-	return f.fail
-}
-
-func (f *fakeBackend) live(name string) (*branches.Info, error) {
-	if !nameRE.MatchString(name) {
-		return nil, fmt.Errorf("%w: %q", branches.ErrInvalidName, name)
-	}
-	in, ok := f.infos[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: branch %q", branches.ErrNotFound, name)
-	}
-	switch in.State {
-	case branches.StateInvalidated:
-		return nil, &branches.InvalidatedError{Branch: name, By: in.InvalidatedBy}
-	case branches.StateLive:
-		return in, nil
-	}
-	return nil, fmt.Errorf("%w: branch %q is %s", branches.ErrStale, name, in.State)
-}
-
-func (f *fakeBackend) Fork(ctx context.Context, parent, name string) (branches.Info, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(); err != nil {
-		return branches.Info{}, err
-	}
-	p, err := f.live(parent)
-	if err != nil {
-		return branches.Info{}, err
-	}
-	if !nameRE.MatchString(name) {
-		return branches.Info{}, fmt.Errorf("%w: %q", branches.ErrInvalidName, name)
-	}
-	if in, ok := f.infos[name]; ok && in.State == branches.StateLive {
-		return branches.Info{}, fmt.Errorf("%w: branch %q", branches.ErrExists, name)
-	}
-	in := &branches.Info{ID: f.next, Name: name, Parent: parent, ParentID: p.ID, State: branches.StateLive,
-		ForkTime: time.Unix(1700000000, 0).UTC(), Depth: p.Depth + 1}
-	f.next++
-	f.infos[name] = in
-	p.Children = append(p.Children, name)
-	return *in, nil
-}
-
-func (f *fakeBackend) ForkCheckpoint(ctx context.Context, parent, label, name string) (branches.Info, error) {
-	f.mu.Lock()
-	ok := f.cps[parent+"/"+label]
-	f.mu.Unlock()
-	if !ok {
-		return branches.Info{}, fmt.Errorf("%w: checkpoint %q of %q", branches.ErrNotFound, label, parent)
-	}
-	in, err := f.Fork(ctx, parent, name)
-	in.ForkedFrom = label
-	return in, err
-}
-
-func (f *fakeBackend) Commit(ctx context.Context, name string) (branches.CommitResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(); err != nil {
-		return branches.CommitResult{}, err
-	}
-	in, err := f.live(name)
-	if err != nil {
-		return branches.CommitResult{}, err
-	}
-	if in.Parent == "" {
-		return branches.CommitResult{}, fmt.Errorf("%w: main cannot be committed", branches.ErrReadOnly)
-	}
-	if len(in.Children) > 0 {
-		return branches.CommitResult{}, &branches.HasChildrenError{Branch: name, Children: in.Children}
-	}
-	p := f.infos[in.Parent]
-	res := branches.CommitResult{Branch: name, Parent: in.Parent, FastPath: true}
-	for _, c := range p.Children {
-		if c != name {
-			f.infos[c].State = branches.StateInvalidated
-			f.infos[c].InvalidatedBy = "commit of " + name + " into " + in.Parent
-			res.Invalidated = append(res.Invalidated, c)
-		}
-	}
-	p.Children = nil
-	in.State = branches.StateCommitted
-	return res, nil
-}
-
-func (f *fakeBackend) Abort(ctx context.Context, name string) (branches.AbortResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(); err != nil {
-		return branches.AbortResult{}, err
-	}
-	if _, err := f.live(name); err != nil {
-		return branches.AbortResult{}, err
-	}
-	if name == "main" {
-		return branches.AbortResult{}, fmt.Errorf("%w: main cannot be aborted", branches.ErrReadOnly)
-	}
-	f.infos[name].State = branches.StateAborted
-	return branches.AbortResult{Aborted: []string{name}}, nil
-}
-
-func (f *fakeBackend) Checkpoint(ctx context.Context, name, label string) (branches.Checkpoint, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(); err != nil {
-		return branches.Checkpoint{}, err
-	}
-	if _, err := f.live(name); err != nil {
-		return branches.Checkpoint{}, err
-	}
-	if !nameRE.MatchString(label) {
-		return branches.Checkpoint{}, fmt.Errorf("%w: label %q", branches.ErrInvalidName, label)
-	}
-	if f.cps[name+"/"+label] {
-		return branches.Checkpoint{}, fmt.Errorf("%w: checkpoint %q", branches.ErrExists, label)
-	}
-	f.cps[name+"/"+label] = true
-	return branches.Checkpoint{Branch: name, Label: label, Time: time.Unix(1700000000, 0).UTC()}, nil
-}
-
-func (f *fakeBackend) Restore(ctx context.Context, name, label string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(); err != nil {
-		return err
-	}
-	if _, err := f.live(name); err != nil {
-		return err
-	}
-	if !f.cps[name+"/"+label] {
-		return fmt.Errorf("%w: checkpoint %q", branches.ErrNotFound, label)
-	}
-	return nil
-}
-
-func (f *fakeBackend) List(ctx context.Context) ([]branches.Info, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(); err != nil {
-		return nil, err
-	}
-	var out []branches.Info
-	for _, in := range f.infos {
-		out = append(out, *in)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out, nil
-}
-
-func (f *fakeBackend) Get(ctx context.Context, name string) (branches.Info, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(); err != nil {
-		return branches.Info{}, err
-	}
-	if !nameRE.MatchString(name) {
-		return branches.Info{}, fmt.Errorf("%w: %q", branches.ErrInvalidName, name)
-	}
-	in, ok := f.infos[name]
-	if !ok {
-		return branches.Info{}, fmt.Errorf("%w: branch %q", branches.ErrNotFound, name)
-	}
-	return *in, nil
-}
-
-func (f *fakeBackend) Diff(ctx context.Context, name string) (branches.Diff, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.check(); err != nil {
-		return branches.Diff{}, err
-	}
-	in, err := f.live(name)
-	if err != nil {
-		return branches.Diff{}, err
-	}
-	return branches.Diff{Branch: name, Parent: in.Parent,
-		Changes: []branches.Change{{Path: "a.txt", Kind: branches.Added, Type: "file", Bytes: 5}}}, nil
-}
-
 // startServer serves a fake backend on a socket in a temp dir.
-func startServer(t *testing.T) (*fakeBackend, *Client, string) {
+func startServer(t *testing.T) (*controltest.Fake, *Client, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "ctl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	fb := newFake()
+	fb := controltest.New()
 	srv, err := NewServer(ServerOptions{Backend: fb, Status: func() Status {
 		return Status{Version: "test", PID: 42, Store: dir, Listen: "127.0.0.1:12049", Port: 12049}
 	}})
@@ -356,10 +149,10 @@ func TestErrorMapping(t *testing.T) {
 			if code != tt.code || status != tt.status {
 				t.Fatalf("Classify = %s %d, want %s %d", code, status, tt.code, tt.status)
 			}
-			fb.mu.Lock()
-			fb.fail = tt.err
-			fb.mu.Unlock()
-			defer func() { fb.mu.Lock(); fb.fail = nil; fb.mu.Unlock() }()
+			fb.Mu.Lock()
+			fb.Fail = tt.err
+			fb.Mu.Unlock()
+			defer func() { fb.Mu.Lock(); fb.Fail = nil; fb.Mu.Unlock() }()
 			_, err := c.Commit(ctx, "main")
 			if err == nil {
 				t.Fatal("no error")
@@ -440,17 +233,17 @@ func TestBadRequests(t *testing.T) {
 func TestPanicKeepsServing(t *testing.T) {
 	fb, c, _ := startServer(t)
 	ctx := context.Background()
-	fb.mu.Lock()
-	fb.panic = true
-	fb.mu.Unlock()
+	fb.Mu.Lock()
+	fb.Panic = true
+	fb.Mu.Unlock()
 	_, err := c.Fork(ctx, "main", "x")
 	var ae *Error
 	if !errors.As(err, &ae) || ae.Code != CodeInternal || ae.Status != 500 {
 		t.Fatalf("panicking backend: %v", err)
 	}
-	fb.mu.Lock()
-	fb.panic = false
-	fb.mu.Unlock()
+	fb.Mu.Lock()
+	fb.Panic = false
+	fb.Mu.Unlock()
 	if _, err := c.Fork(ctx, "main", "x"); err != nil {
 		t.Fatalf("after panic: %v", err)
 	}
