@@ -260,9 +260,9 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 	return n, eof, wrap("read", "", err)
 }
 
-// storeBlock stores data (the block's bytes up to the file end) and returns
-// its reference and, for content-addressed blocks, its hash.
-func (f *FS) storeBlock(tx kv.Txn, data []byte) (ref, hash []byte, err error) {
+// blockRef returns the reference of data and, for content-addressed
+// blocks, the content key-value to store; it writes nothing.
+func (f *FS) blockRef(data []byte) ([]byte, *[2][]byte) {
 	allZero := true
 	for _, b := range data {
 		if b != 0 {
@@ -272,22 +272,31 @@ func (f *FS) storeBlock(tx kv.Txn, data []byte) (ref, hash []byte, err error) {
 	}
 	switch {
 	case allZero:
-		return []byte{refZero}, nil, nil
+		return []byte{refZero}, nil
 	case len(data) <= f.opts.InlineMax:
-		return append([]byte{refInline}, data...), nil, nil
+		return append([]byte{refInline}, data...), nil
 	}
 	sum := blake3.Sum256(data)
-	h := sum[:]
-	ok, err := tx.Has(contentKey(h))
+	return append([]byte{refHash}, sum[:]...), &[2][]byte{contentKey(sum[:]), append([]byte(nil), data...)}
+}
+
+// storeBlock stores data (the block's bytes up to the file end) and returns
+// its reference and, for content-addressed blocks, its hash.
+func (f *FS) storeBlock(tx kv.Txn, data []byte) (ref, hash []byte, err error) {
+	ref, c := f.blockRef(data)
+	if c == nil {
+		return ref, nil, nil
+	}
+	ok, err := tx.Has(c[0])
 	if err != nil {
 		return nil, nil, err
 	}
 	if !ok {
-		if err := tx.Set(contentKey(h), data); err != nil {
+		if err := tx.Set(c[0], c[1]); err != nil {
 			return nil, nil, err
 		}
 	}
-	return append([]byte{refHash}, h...), h, nil
+	return ref, ref[1:], nil
 }
 
 func usedFor(size uint64) uint64 { return (size + 4095) &^ 4095 }
@@ -524,4 +533,3 @@ func (f *FS) truncate(tx kv.Txn, st state, n *inode, size uint64) error {
 
 // StatFS reports the space of the disk holding the store.
 func (f *FS) StatFS() (StatFS, error) { return statFS(f.opts.StatDir) }
-

@@ -52,10 +52,10 @@ func (o *Options) EnsureDefaults() {
 // checkpoint. Writes go to the top layer; reads resolve top-down through the
 // stack. It is safe for concurrent use.
 type FS struct {
-	store kv.Store      // read only
-	alloc *Allocator    // read only
-	opts  Options       // read only
-	bs    uint64        // block size, read only
+	store kv.Store   // read only
+	alloc *Allocator // read only
+	opts  Options    // read only
+	bs    uint64     // block size, read only
 	ctx   context.Context
 	stop  context.CancelFunc
 
@@ -140,6 +140,9 @@ func (f *FS) Stack() []LayerID {
 	defer f.mu.RUnlock()
 	return append([]LayerID(nil), f.stack...)
 }
+
+// StackLocked is Stack for a caller holding Lock.
+func (f *FS) StackLocked() []LayerID { return append([]LayerID(nil), f.stack...) }
 
 // Invalidate makes every later call fail with ESTALE; Err returns cause.
 func (f *FS) Invalidate(cause error) {

@@ -730,9 +730,9 @@ func (f *FS) listLocked(tx kv.Txn, st state, dir InodeID, cookie uint64, n int) 
 	batch := n + 1
 	for {
 		type rec struct {
-			slot  uint64
-			rank  int
-			e     entry
+			slot uint64
+			rank int
+			e    entry
 		}
 		var recs []rec
 		bound := uint64(1<<64 - 1)

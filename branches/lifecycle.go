@@ -1,0 +1,526 @@
+package branches
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Fork creates branch name over the current state of parent in one small
+// transaction, whatever the size of the parent. Later writes to either side
+// stay invisible to the other.
+func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
+	if err := CheckName(name); err != nil {
+		return Info{}, err
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	p, err := m.live(parent)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := m.nameFree(name); err != nil {
+		return Info{}, err
+	}
+	pfs := p.fs
+	pfs.Lock()
+	defer pfs.Unlock()
+	stack := pfs.StackLocked()
+	top := stack[0]
+	empty, err := m.layerEmpty(ctx, top)
+	if err != nil {
+		return Info{}, err
+	}
+	base, ptop := top, top
+	newParentTop := cowfs.LayerID(0)
+	if empty && len(stack) > 1 {
+		// Nothing written since the last freeze: fork from the layer below.
+		base = stack[1]
+	} else if newParentTop, err = m.alloc.NewLayerID(ctx); err != nil {
+		return Info{}, err
+	} else {
+		ptop = newParentTop
+	}
+	ctop, err := m.alloc.NewLayerID(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	id, err := m.alloc.Next(ctx, "branch")
+	if err != nil {
+		return Info{}, err
+	}
+	prec := p.rec
+	prec.Top = ptop
+	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
+		Base: base, ParentTop: ptop, ForkTime: time.Now().UTC()}
+	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		if newParentTop != 0 {
+			if err := cowfs.PutLayer(tx, newParentTop, top); err != nil {
+				return err
+			}
+			if err := putRecord(tx, prec); err != nil {
+				return err
+			}
+		}
+		if err := cowfs.PutLayer(tx, ctop, base); err != nil {
+			return err
+		}
+		return putRecord(tx, crec)
+	})
+	if err != nil {
+		return Info{}, fmt.Errorf("branches: fork %s from %s: %w", name, parent, mapErr(err))
+	}
+	cstack := append([]cowfs.LayerID{ctop}, stack...)
+	if newParentTop != 0 {
+		pfs.SetStackLocked(append([]cowfs.LayerID{newParentTop}, stack...))
+	} else {
+		cstack = append([]cowfs.LayerID{ctop}, stack[1:]...)
+	}
+	c := &branch{rec: crec, fs: cowfs.NewWithStack(m.store, m.alloc, cstack, m.opts.FS)}
+	m.mu.Lock()
+	p.rec = prec
+	m.byID[c.rec.ID], m.byName[name] = c, c
+	info := m.infoLocked(c)
+	m.mu.Unlock()
+	return info, nil
+}
+
+// ForkCheckpoint creates branch name from checkpoint label of parent.
+func (m *Manager) ForkCheckpoint(ctx context.Context, parent, label, name string) (Info, error) {
+	if err := CheckName(name); err != nil {
+		return Info{}, err
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	p, err := m.live(parent)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := m.nameFree(name); err != nil {
+		return Info{}, err
+	}
+	cp, err := m.checkpoint(ctx, p, label)
+	if err != nil {
+		return Info{}, err
+	}
+	ctop, err := m.alloc.NewLayerID(ctx)
+	if err != nil {
+		return Info{}, err
+	}
+	id, err := m.alloc.Next(ctx, "branch")
+	if err != nil {
+		return Info{}, err
+	}
+	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
+		Base: cp.Layer, ForkTime: time.Now().UTC(), ForkedFrom: label}
+	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		if err := cowfs.PutLayer(tx, ctop, cp.Layer); err != nil {
+			return err
+		}
+		return putRecord(tx, crec)
+	})
+	if err != nil {
+		return Info{}, mapErr(err)
+	}
+	fs, err := cowfs.New(m.store, m.alloc, ctop, m.opts.FS)
+	if err != nil {
+		return Info{}, err
+	}
+	c := &branch{rec: crec, fs: fs}
+	m.mu.Lock()
+	m.byID[c.rec.ID], m.byName[name] = c, c
+	info := m.infoLocked(c)
+	m.mu.Unlock()
+	return info, nil
+}
+
+func (m *Manager) nameFree(name string) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if b, ok := m.byName[name]; ok {
+		return fmt.Errorf("%w: branch %q (%s)", ErrExists, name, b.rec.State)
+	}
+	return nil
+}
+
+func (m *Manager) layerEmpty(ctx context.Context, l cowfs.LayerID) (bool, error) {
+	var empty bool
+	err := m.store.View(ctx, func(tx kv.Txn) error {
+		var err error
+		empty, err = cowfs.LayerEmpty(tx, l)
+		return err
+	})
+	return empty, err
+}
+
+// liveChildrenLocked lists the live children of b (m.mu held).
+func (m *Manager) liveChildrenLocked(b *branch) []*branch {
+	var out []*branch
+	for _, c := range m.byName {
+		if c.rec.Parent == b.rec.ID && c.rec.State == StateLive {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rec.Name < out[j].rec.Name })
+	return out
+}
+
+// descendantsLocked lists every live or invalidated descendant of b.
+func (m *Manager) descendantsLocked(b *branch) []*branch {
+	var out []*branch
+	for _, c := range m.byName {
+		if c.rec.Parent == b.rec.ID {
+			out = append(out, c)
+			out = append(out, m.descendantsLocked(c)...)
+		}
+	}
+	return out
+}
+
+// Commit applies branch name to its parent atomically. If the parent has
+// not changed since the fork, this is a pointer swap in one small
+// transaction; otherwise the changes merge at path granularity and a path
+// changed on both sides is a conflict (nothing changes). Live siblings are
+// invalidated: the first commit wins.
+func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	c, err := m.live(name)
+	if err != nil {
+		return CommitResult{}, err
+	}
+	if c.rec.Parent == 0 {
+		return CommitResult{}, fmt.Errorf("%w: %q is the root branch and has no parent to commit into", ErrReadOnly, name)
+	}
+	m.mu.RLock()
+	kids := m.liveChildrenLocked(c)
+	p := m.byID[c.rec.Parent]
+	m.mu.RUnlock()
+	if len(kids) > 0 {
+		e := &HasChildrenError{Branch: name}
+		for _, k := range kids {
+			e.Children = append(e.Children, k.rec.Name)
+		}
+		return CommitResult{}, e
+	}
+	if p == nil || p.rec.State != StateLive {
+		if p != nil && p.rec.State == StateInvalidated {
+			return CommitResult{}, &InvalidatedError{Branch: p.rec.Name, By: p.rec.InvalidatedBy}
+		}
+		return CommitResult{}, fmt.Errorf("%w: parent of %q is gone", ErrStale, name)
+	}
+	res := CommitResult{Branch: name, Parent: p.rec.Name}
+	cfs, pfs := c.fs, p.fs
+	cfs.Lock()
+	defer cfs.Unlock()
+	pfs.Lock()
+	defer pfs.Unlock()
+	cstack, pstack := cfs.StackLocked(), pfs.StackLocked()
+	empty, err := m.layerEmpty(ctx, pstack[0])
+	if err != nil {
+		return res, err
+	}
+	by := fmt.Sprintf("commit of %s into %s at %s", name, p.rec.Name, time.Now().UTC().Format(time.RFC3339))
+	prec := p.rec
+	var newStack []cowfs.LayerID
+	if pstack[0] == c.rec.ParentTop && empty {
+		res.FastPath = true
+		prec.Top = cstack[0]
+		newStack = cstack
+	} else {
+		var bstack []cowfs.LayerID
+		for i, l := range cstack {
+			if l == c.rec.Base {
+				bstack = cstack[i:]
+				break
+			}
+		}
+		dst, err := m.alloc.NewLayerID(ctx)
+		if err != nil {
+			return res, err
+		}
+		if err := m.store.Update(ctx, func(tx kv.Txn) error { return cowfs.PutLayer(tx, dst, pstack[0]) }); err != nil {
+			return res, mapErr(err)
+		}
+		conflicts, err := cowfs.Merge(ctx, cfs, cstack, pstack, bstack, dst, m.ignore)
+		if err != nil {
+			return res, fmt.Errorf("branches: merge %s into %s: %w", name, p.rec.Name, mapErr(err))
+		}
+		if len(conflicts) > 0 {
+			return res, &ConflictError{Branch: name, Parent: p.rec.Name, Paths: conflicts}
+		}
+		prec.Top = dst
+		newStack = append([]cowfs.LayerID{dst}, pstack...)
+	}
+	crec := c.rec
+	crec.State = StateCommitted
+	m.mu.RLock()
+	var sibs []*branch
+	for _, s := range m.liveChildrenLocked(p) {
+		if s != c {
+			sibs = append(sibs, s)
+			sibs = append(sibs, m.descendantsLocked(s)...)
+		}
+	}
+	m.mu.RUnlock()
+	srecs := make([]record, 0, len(sibs))
+	for _, s := range sibs {
+		r := s.rec
+		if r.State == StateLive {
+			r.State, r.InvalidatedBy = StateInvalidated, by
+		}
+		srecs = append(srecs, r)
+	}
+	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		if err := putRecord(tx, prec); err != nil {
+			return err
+		}
+		if err := putRecord(tx, crec); err != nil {
+			return err
+		}
+		for _, r := range srecs {
+			if err := putRecord(tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
+	}
+	// A commit is a durability point.
+	if err := m.store.Sync(ctx); err != nil {
+		return res, mapErr(err)
+	}
+	pfs.SetStackLocked(newStack)
+	cfs.InvalidateLocked(fmt.Errorf("%w: branch %q was committed into %q", ErrStale, name, p.rec.Name))
+	m.mu.Lock()
+	p.rec, c.rec = prec, crec
+	delete(m.byName, name)
+	for i, s := range sibs {
+		if s.rec.State == StateLive {
+			s.fs.Invalidate(&InvalidatedError{Branch: s.rec.Name, By: by})
+			res.Invalidated = append(res.Invalidated, s.rec.Name)
+		}
+		s.rec = srecs[i]
+	}
+	m.mu.Unlock()
+	sort.Strings(res.Invalidated)
+	m.kickReclaim()
+	return res, nil
+}
+
+// Abort discards branch name and its descendants at once; their storage is
+// reclaimed in the background.
+func (m *Manager) Abort(ctx context.Context, name string) (AbortResult, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	m.mu.RLock()
+	b, ok := m.byName[name]
+	var victims []*branch
+	if ok {
+		victims = append([]*branch{b}, m.descendantsLocked(b)...)
+	}
+	m.mu.RUnlock()
+	if !ok {
+		if err := CheckName(name); err != nil {
+			return AbortResult{}, err
+		}
+		return AbortResult{}, fmt.Errorf("%w: branch %q", ErrNotFound, name)
+	}
+	if b.rec.Parent == 0 {
+		return AbortResult{}, fmt.Errorf("%w: %q is the root branch and cannot be aborted", ErrReadOnly, name)
+	}
+	recs := make([]record, len(victims))
+	for i, v := range victims {
+		recs[i] = v.rec
+		recs[i].State = StateAborted
+	}
+	err := m.store.Update(ctx, func(tx kv.Txn) error {
+		for _, r := range recs {
+			if err := putRecord(tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return AbortResult{}, fmt.Errorf("branches: abort %s: %w", name, mapErr(err))
+	}
+	var res AbortResult
+	m.mu.Lock()
+	for i, v := range victims {
+		v.fs.Invalidate(fmt.Errorf("%w: branch %q was aborted", ErrStale, v.rec.Name))
+		v.rec = recs[i]
+		delete(m.byName, v.rec.Name)
+		res.Aborted = append(res.Aborted, v.rec.Name)
+	}
+	m.mu.Unlock()
+	m.kickReclaim()
+	return res, nil
+}
+
+// Checkpoint freezes the current state of branch name as label, in O(1).
+func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoint, error) {
+	if err := CheckName(label); err != nil {
+		return Checkpoint{}, err
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	b, err := m.live(name)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if _, err := m.checkpoint(ctx, b, label); err == nil {
+		return Checkpoint{}, fmt.Errorf("%w: checkpoint %q of %q", ErrExists, label, name)
+	} else if !errors.Is(err, ErrNotFound) {
+		return Checkpoint{}, err
+	}
+	bfs := b.fs
+	bfs.Lock()
+	defer bfs.Unlock()
+	stack := bfs.StackLocked()
+	empty, err := m.layerEmpty(ctx, stack[0])
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	cp := checkpointRec{Layer: stack[0], Time: time.Now().UTC()}
+	rec := b.rec
+	newTop := cowfs.LayerID(0)
+	if empty && len(stack) > 1 {
+		cp.Layer = stack[1]
+	} else {
+		if newTop, err = m.alloc.NewLayerID(ctx); err != nil {
+			return Checkpoint{}, err
+		}
+		rec.Top = newTop
+	}
+	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		if newTop != 0 {
+			if err := cowfs.PutLayer(tx, newTop, stack[0]); err != nil {
+				return err
+			}
+			if err := putRecord(tx, rec); err != nil {
+				return err
+			}
+		}
+		v, _ := json.Marshal(cp)
+		return tx.Set(cpKey(b.rec.ID, label), v)
+	})
+	if err == nil {
+		err = m.store.Sync(ctx) // a checkpoint is a durability point
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("branches: checkpoint %s: %w", name, mapErr(err))
+	}
+	if newTop != 0 {
+		bfs.SetStackLocked(append([]cowfs.LayerID{newTop}, stack...))
+		m.mu.Lock()
+		b.rec = rec
+		m.mu.Unlock()
+	}
+	return Checkpoint{Branch: name, Label: label, Time: cp.Time}, nil
+}
+
+func (m *Manager) checkpoint(ctx context.Context, b *branch, label string) (checkpointRec, error) {
+	if err := CheckName(label); err != nil {
+		return checkpointRec{}, err
+	}
+	var cp checkpointRec
+	err := m.store.View(ctx, func(tx kv.Txn) error {
+		v, err := tx.Get(cpKey(b.rec.ID, label))
+		if errors.Is(err, kv.ErrNotFound) {
+			return fmt.Errorf("%w: checkpoint %q of %q", ErrNotFound, label, b.rec.Name)
+		}
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(v, &cp)
+	})
+	return cp, err
+}
+
+// Restore rolls branch name back to checkpoint label, in O(1).
+func (m *Manager) Restore(ctx context.Context, name, label string) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	b, err := m.live(name)
+	if err != nil {
+		return err
+	}
+	cp, err := m.checkpoint(ctx, b, label)
+	if err != nil {
+		return err
+	}
+	top, err := m.alloc.NewLayerID(ctx)
+	if err != nil {
+		return err
+	}
+	stack, err := cowfs.LoadStack(ctx, m.store, cp.Layer)
+	if err != nil {
+		return err
+	}
+	bfs := b.fs
+	bfs.Lock()
+	defer bfs.Unlock()
+	rec := b.rec
+	rec.Top = top
+	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		if err := cowfs.PutLayer(tx, top, cp.Layer); err != nil {
+			return err
+		}
+		return putRecord(tx, rec)
+	})
+	if err == nil {
+		err = m.store.Sync(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("branches: restore %s to %s: %w", name, label, mapErr(err))
+	}
+	bfs.SetStackLocked(append([]cowfs.LayerID{top}, stack...))
+	m.mu.Lock()
+	b.rec = rec
+	m.mu.Unlock()
+	m.kickReclaim()
+	return nil
+}
+
+// Diff lists what branch name changed since its fork point.
+func (m *Manager) Diff(ctx context.Context, name string) (Diff, error) {
+	b, err := m.live(name)
+	if err != nil {
+		return Diff{}, err
+	}
+	m.mu.RLock()
+	in := m.infoLocked(b)
+	rec := b.rec
+	m.mu.RUnlock()
+	d := Diff{Branch: name, Parent: in.Parent, Changes: []Change{}}
+	if rec.Base == 0 {
+		return d, nil // main has no fork point
+	}
+	stack := b.fs.Stack()
+	var bstack []cowfs.LayerID
+	for i, l := range stack {
+		if l == rec.Base {
+			bstack = stack[i:]
+		}
+	}
+	if bstack == nil {
+		return d, fmt.Errorf("branches: diff %s: fork point %d is not in the branch's stack", name, rec.Base)
+	}
+	changes, err := cowfs.Diff(ctx, b.fs, stack, bstack, m.ignore)
+	if err != nil {
+		return d, err
+	}
+	for _, c := range changes {
+		d.Changes = append(d.Changes, Change{Path: c.Path, Kind: ChangeKind(c.Kind), Type: c.Type.String(), Bytes: c.Bytes})
+	}
+	return d, nil
+}

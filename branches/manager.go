@@ -1,0 +1,454 @@
+package branches
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// DefaultIgnore keeps macOS metadata and NFS silly-renames out of diffs and
+// merge conflicts.
+var DefaultIgnore = []string{"._*", ".DS_Store", ".nfs.*"}
+
+// MainBranch is the root branch created with a store.
+const MainBranch = "main"
+
+// Options configures a Manager. The zero value means defaults, except Store.
+type Options struct {
+	Store kv.Store
+	// Ignore lists base-name patterns (path.Match) kept out of diffs and
+	// merge conflicts. nil means DefaultIgnore.
+	Ignore []string
+	// FS holds the options of branch views (block size and so on).
+	FS cowfs.Options
+	// ReclaimDelay is how long after an abort or commit the background
+	// reclaimer runs (default 2s); negative disables it.
+	ReclaimDelay time.Duration
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+	// RootUID and RootGID own main's root directory when it is created.
+	RootUID, RootGID uint32
+}
+
+// EnsureDefaults fills zero fields with defaults.
+func (o *Options) EnsureDefaults() {
+	if o.Ignore == nil {
+		o.Ignore = DefaultIgnore
+	}
+	if o.ReclaimDelay == 0 {
+		o.ReclaimDelay = 2 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	o.FS.EnsureDefaults()
+}
+
+// Key layout of branch metadata (cowfs owns 'l', 'L', 'c' and 'M').
+//
+//	'B' id(8)            branch record (JSON)
+//	'N' name             id(8) of the live or invalidated branch of that name
+//	'K' id(8) label      checkpoint (JSON)
+//	'S'                  32-byte handle secret
+func branchKey(id BranchID) []byte { return binary.BigEndian.AppendUint64([]byte{'B'}, uint64(id)) }
+func nameKey(name string) []byte  { return append([]byte{'N'}, name...) }
+func cpPrefix(id BranchID) []byte  { return binary.BigEndian.AppendUint64([]byte{'K'}, uint64(id)) }
+func cpKey(id BranchID, label string) []byte {
+	return append(cpPrefix(id), label...)
+}
+
+var secretKey = []byte{'S'}
+
+// record is the stored form of a branch.
+type record struct {
+	ID            BranchID      `json:"id"`
+	Name          string        `json:"name"`
+	Parent        BranchID      `json:"parent,omitempty"`
+	State         State         `json:"state"`
+	InvalidatedBy string        `json:"invalidated_by,omitempty"`
+	Top           cowfs.LayerID `json:"top"`
+	Base          cowfs.LayerID `json:"base,omitempty"` // frozen layer it forked from
+	// ParentTop is the parent's top layer right after the fork: if the
+	// parent's top is still that layer and empty at commit time, the parent
+	// did not change and the commit is a pointer swap.
+	ParentTop  cowfs.LayerID `json:"parent_top,omitempty"`
+	ForkTime   time.Time     `json:"fork_time"`
+	ForkedFrom string        `json:"forked_from,omitempty"`
+}
+
+type checkpointRec struct {
+	Layer cowfs.LayerID `json:"layer"`
+	Time  time.Time     `json:"time"`
+}
+
+type branch struct {
+	rec record
+	fs  *cowfs.FS // nil once committed or aborted
+}
+
+// Manager owns the branches of one store. It is safe for concurrent use.
+type Manager struct {
+	store   kv.Store        // read only
+	alloc   *cowfs.Allocator // read only
+	opts    Options         // read only
+	tracker *cowfs.Tracker  // read only
+	secret  []byte          // read only
+
+	// opMu serialises lifecycle operations (fork, commit, ...).
+	opMu sync.Mutex
+
+	mu     sync.RWMutex // protects the following
+	byID   map[BranchID]*branch
+	byName map[string]*branch // live and invalidated branches
+
+	reclaim chan struct{}
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// CheckName validates a branch or checkpoint name.
+func CheckName(name string) error {
+	if !nameRE.MatchString(name) || name == "." || name == ".." {
+		return fmt.Errorf("%w: %q (want 1-64 of A-Z a-z 0-9 . _ -, not . or ..)", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// Open opens the branches of a store, creating branch main on first use.
+func Open(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.Store == nil {
+		return nil, errors.New("branches: Options.Store is nil")
+	}
+	opts.EnsureDefaults()
+	fsOpts := opts.FS
+	m := &Manager{store: opts.Store, alloc: cowfs.NewAllocator(opts.Store), opts: opts,
+		tracker: cowfs.NewTracker(), byID: map[BranchID]*branch{}, byName: map[string]*branch{},
+		reclaim: make(chan struct{}, 1)}
+	m.opts.FS.Tracker = m.tracker
+	_ = fsOpts
+	if err := m.load(ctx); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	if opts.ReclaimDelay > 0 {
+		m.wg.Add(1)
+		go m.reclaimLoop(rctx)
+		m.kickReclaim()
+	}
+	return m, nil
+}
+
+func (m *Manager) load(ctx context.Context) error {
+	var recs []record
+	err := m.store.Update(ctx, func(tx kv.Txn) error {
+		recs = recs[:0]
+		v, err := tx.Get(secretKey)
+		switch {
+		case errors.Is(err, kv.ErrNotFound):
+			v = make([]byte, 32)
+			if _, err := rand.Read(v); err != nil {
+				return err
+			}
+			if err := tx.Set(secretKey, v); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		}
+		m.secret = v
+		return tx.Iterate([]byte{'B'}, nil, false, func(k, v []byte) (bool, error) {
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return false, fmt.Errorf("branches: corrupt record %x: %w", k, err)
+			}
+			recs = append(recs, r)
+			return true, nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("branches: open: %w", mapErr(err))
+	}
+	if len(recs) == 0 {
+		return m.createMain(ctx)
+	}
+	for _, r := range recs {
+		b := &branch{rec: r}
+		switch r.State {
+		case StateLive, StateInvalidated:
+			fs, err := cowfs.New(m.store, m.alloc, r.Top, m.opts.FS)
+			if err != nil {
+				return fmt.Errorf("branches: open %s: %w", r.Name, err)
+			}
+			if r.State == StateInvalidated {
+				fs.Invalidate(&InvalidatedError{Branch: r.Name, By: r.InvalidatedBy})
+			}
+			b.fs = fs
+			m.byName[r.Name] = b
+		}
+		m.byID[r.ID] = b
+	}
+	if _, ok := m.byName[MainBranch]; !ok {
+		return errors.New("branches: store has no branch main")
+	}
+	return nil
+}
+
+func (m *Manager) createMain(ctx context.Context) error {
+	l, err := m.alloc.NewLayerID(ctx)
+	if err != nil {
+		return err
+	}
+	id, err := m.alloc.Next(ctx, "branch")
+	if err != nil {
+		return err
+	}
+	r := record{ID: BranchID(id), Name: MainBranch, State: StateLive, Top: l, ForkTime: time.Now().UTC()}
+	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		if err := cowfs.PutLayer(tx, l, 0); err != nil {
+			return err
+		}
+		if err := cowfs.InitRoot(tx, l, 0o755, m.opts.RootUID, m.opts.RootGID, time.Now().UnixNano()); err != nil {
+			return err
+		}
+		return putRecord(tx, r)
+	})
+	if err != nil {
+		return mapErr(err)
+	}
+	fs := cowfs.NewWithStack(m.store, m.alloc, []cowfs.LayerID{l}, m.opts.FS)
+	b := &branch{rec: r, fs: fs}
+	m.byID[r.ID], m.byName[r.Name] = b, b
+	return nil
+}
+
+func putRecord(tx kv.Txn, r record) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := tx.Set(branchKey(r.ID), v); err != nil {
+		return err
+	}
+	switch r.State {
+	case StateLive, StateInvalidated:
+		return tx.Set(nameKey(r.Name), binary.BigEndian.AppendUint64(nil, uint64(r.ID)))
+	}
+	err = tx.Delete(nameKey(r.Name))
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// mapErr turns store errors into branches errors.
+func mapErr(err error) error {
+	if errors.Is(err, kv.ErrNoSpace) {
+		return fmt.Errorf("%w: %v", ErrNoSpace, err)
+	}
+	return err
+}
+
+// lookupLocked returns the live branch name (m.mu held).
+func (m *Manager) lookupLocked(name string) (*branch, error) {
+	b, ok := m.byName[name]
+	if !ok {
+		if err := CheckName(name); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: branch %q", ErrNotFound, name)
+	}
+	if b.rec.State == StateInvalidated {
+		return nil, &InvalidatedError{Branch: name, By: b.rec.InvalidatedBy}
+	}
+	return b, nil
+}
+
+func (m *Manager) live(name string) (*branch, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.lookupLocked(name)
+}
+
+// View returns the live view of a branch by name. Errors: ErrNotFound,
+// ErrInvalidated (an *InvalidatedError, also ErrStale), ErrInvalidName.
+func (m *Manager) View(name string) (*cowfs.FS, Info, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	b, err := m.lookupLocked(name)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	return b.fs, m.infoLocked(b), nil
+}
+
+// ViewByID is View by branch id (for NFS handles). A committed or aborted
+// branch gives ErrStale.
+func (m *Manager) ViewByID(id BranchID) (*cowfs.FS, Info, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	b, ok := m.byID[id]
+	if !ok {
+		return nil, Info{}, fmt.Errorf("%w: branch id %d", ErrNotFound, id)
+	}
+	switch b.rec.State {
+	case StateInvalidated:
+		return nil, Info{}, &InvalidatedError{Branch: b.rec.Name, By: b.rec.InvalidatedBy}
+	case StateCommitted, StateAborted:
+		return nil, Info{}, fmt.Errorf("%w: branch %q was %s", ErrStale, b.rec.Name, b.rec.State)
+	}
+	return b.fs, m.infoLocked(b), nil
+}
+
+// Secret returns the store's random 32-byte key for MACs on file handles.
+func (m *Manager) Secret() []byte { return append([]byte(nil), m.secret...) }
+
+// Sync makes everything acknowledged so far durable against power loss.
+func (m *Manager) Sync(ctx context.Context) error { return m.store.Sync(ctx) }
+
+// Store returns the underlying store.
+func (m *Manager) Store() kv.Store { return m.store }
+
+// Close stops background work and syncs. It does not close the store.
+func (m *Manager) Close() error {
+	m.cancel()
+	m.wg.Wait()
+	return m.store.Sync(context.Background())
+}
+
+func (m *Manager) ignore(name string) bool {
+	for _, p := range m.opts.Ignore {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) infoLocked(b *branch) Info {
+	r := b.rec
+	in := Info{ID: r.ID, Name: r.Name, ParentID: r.Parent, State: r.State, InvalidatedBy: r.InvalidatedBy,
+		ForkTime: r.ForkTime, ForkedFrom: r.ForkedFrom}
+	depth := 0
+	for p := r.Parent; p != 0; depth++ {
+		pb, ok := m.byID[p]
+		if !ok || depth > 1<<16 {
+			break
+		}
+		if p == r.Parent {
+			in.Parent = pb.rec.Name
+		}
+		p = pb.rec.Parent
+	}
+	in.Depth = depth
+	return in
+}
+
+// Get describes one live or invalidated branch.
+func (m *Manager) Get(ctx context.Context, name string) (Info, error) {
+	m.mu.RLock()
+	b, ok := m.byName[name]
+	m.mu.RUnlock()
+	if !ok {
+		if err := CheckName(name); err != nil {
+			return Info{}, err
+		}
+		return Info{}, fmt.Errorf("%w: branch %q", ErrNotFound, name)
+	}
+	return m.fullInfo(ctx, b)
+}
+
+func (m *Manager) fullInfo(ctx context.Context, b *branch) (Info, error) {
+	m.mu.RLock()
+	in := m.infoLocked(b)
+	for _, c := range m.byName {
+		if c.rec.Parent == b.rec.ID && c.rec.State == StateLive {
+			in.Children = append(in.Children, c.rec.Name)
+		}
+	}
+	fs := b.fs
+	rec := b.rec
+	m.mu.RUnlock()
+	sort.Strings(in.Children)
+	if fs != nil && rec.Base != 0 {
+		stack, err := cowfs.LoadStack(ctx, m.store, rec.Top)
+		if err != nil {
+			return in, err
+		}
+		if in.BytesChanged, err = cowfs.DeltaBytes(ctx, fs, stack, rec.Base); err != nil {
+			return in, err
+		}
+	}
+	err := m.store.View(ctx, func(tx kv.Txn) error {
+		in.Checkpoints = in.Checkpoints[:0]
+		pfx := cpPrefix(rec.ID)
+		return tx.Iterate(pfx, nil, true, func(k, _ []byte) (bool, error) {
+			in.Checkpoints = append(in.Checkpoints, string(k[len(pfx):]))
+			return true, nil
+		})
+	})
+	return in, err
+}
+
+// List describes every live and invalidated branch, parents before
+// children, siblings by name.
+func (m *Manager) List(ctx context.Context) ([]Info, error) {
+	m.mu.RLock()
+	var bs []*branch
+	for _, b := range m.byName {
+		bs = append(bs, b)
+	}
+	m.mu.RUnlock()
+	out := make([]Info, 0, len(bs))
+	for _, b := range bs {
+		in, err := m.fullInfo(ctx, b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	// Order as a tree walk.
+	kids := map[BranchID][]Info{}
+	for _, in := range out {
+		kids[in.ParentID] = append(kids[in.ParentID], in)
+	}
+	for _, v := range kids {
+		sort.Slice(v, func(i, j int) bool { return v[i].Name < v[j].Name })
+	}
+	var walk func(id BranchID)
+	res := make([]Info, 0, len(out))
+	seen := map[BranchID]bool{}
+	walk = func(id BranchID) {
+		for _, in := range kids[id] {
+			if seen[in.ID] {
+				continue
+			}
+			seen[in.ID] = true
+			res = append(res, in)
+			walk(in.ID)
+		}
+	}
+	walk(0)
+	for _, in := range out { // orphans of invalidated or missing parents
+		if !seen[in.ID] {
+			res = append(res, in)
+		}
+	}
+	return res, nil
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

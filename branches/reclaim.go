@@ -1,0 +1,190 @@
+package branches
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Reclamation is mark-and-sweep, in the background:
+//  1. Layers: every layer not in the stack of a live or invalidated branch
+//     or of a checkpoint is garbage (ids are never reused, so a garbage
+//     layer stays garbage) and is deleted in small transactions.
+//  2. Blocks: content no live layer references is deleted. Writers that
+//     commit while the sweep runs record their hashes in the Tracker, and
+//     the sweep skips them.
+
+func (m *Manager) kickReclaim() {
+	select {
+	case m.reclaim <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Manager) reclaimLoop(ctx context.Context) {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.reclaim:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(m.opts.ReclaimDelay):
+		}
+		if _, err := m.Reclaim(ctx); err != nil && ctx.Err() == nil {
+			m.opts.Logger.Warn("branches: reclaim failed", "err", err)
+		}
+	}
+}
+
+// ReclaimStats tells what a reclamation pass removed.
+type ReclaimStats struct {
+	Layers int `json:"layers"`
+	Keys   int `json:"keys"`
+	Blocks int `json:"blocks"`
+}
+
+// liveLayers returns every layer reachable from a live or invalidated
+// branch or from a checkpoint of one. Caller holds opMu.
+func (m *Manager) liveLayers(ctx context.Context, tx kv.Txn) (map[cowfs.LayerID]bool, error) {
+	live := map[cowfs.LayerID]bool{}
+	walk := func(top cowfs.LayerID) error {
+		for l := top; l != 0 && !live[l]; {
+			live[l] = true
+			below, err := cowfs.Below(tx, l)
+			if err != nil {
+				return err
+			}
+			l = below
+		}
+		return nil
+	}
+	m.mu.RLock()
+	var tops []cowfs.LayerID
+	var ids []BranchID
+	for _, b := range m.byName {
+		tops = append(tops, b.rec.Top)
+		ids = append(ids, b.rec.ID)
+	}
+	m.mu.RUnlock()
+	for _, t := range tops {
+		if err := walk(t); err != nil {
+			return nil, err
+		}
+	}
+	for _, id := range ids {
+		var cps []cowfs.LayerID
+		err := tx.Iterate(cpPrefix(id), nil, false, func(k, v []byte) (bool, error) {
+			var cp checkpointRec
+			if err := jsonUnmarshal(v, &cp); err != nil {
+				return false, err
+			}
+			cps = append(cps, cp.Layer)
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range cps {
+			if err := walk(l); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return live, nil
+}
+
+// Reclaim runs one reclamation pass now.
+func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
+	var st ReclaimStats
+	// Phase 1: garbage layers.
+	m.opMu.Lock()
+	var garbage []cowfs.LayerID
+	err := m.store.View(ctx, func(tx kv.Txn) error {
+		garbage = garbage[:0]
+		live, err := m.liveLayers(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return tx.Iterate([]byte{'L'}, nil, true, func(k, _ []byte) (bool, error) {
+			l := cowfs.LayerID(binary.BigEndian.Uint64(k[1:]))
+			if !live[l] {
+				garbage = append(garbage, l)
+			}
+			return true, nil
+		})
+	})
+	m.opMu.Unlock()
+	if err != nil {
+		return st, err
+	}
+	for _, l := range garbage {
+		n, err := cowfs.DeleteLayer(ctx, m.store, l)
+		st.Keys += n
+		if err != nil {
+			return st, err
+		}
+		st.Layers++
+	}
+	// Phase 2: unreferenced blocks.
+	var snap kv.Snapshot
+	var live map[cowfs.LayerID]bool
+	var liveErr error
+	m.opMu.Lock()
+	m.tracker.Begin(func() {
+		snap = m.store.NewSnapshot()
+		live, liveErr = m.liveLayers(ctx, snap)
+	})
+	m.opMu.Unlock()
+	defer m.tracker.End()
+	defer snap.Discard()
+	if liveErr != nil {
+		return st, liveErr
+	}
+	marked := map[[32]byte]struct{}{}
+	for l := range live {
+		err := cowfs.ReferencedHashes(snap, l, func(h []byte) { marked[[32]byte(h)] = struct{}{} })
+		if err != nil {
+			return st, err
+		}
+	}
+	var cands [][]byte
+	err = cowfs.ContentHashes(snap, func(h []byte) bool {
+		if len(h) == 32 {
+			if _, ok := marked[[32]byte(h)]; !ok {
+				cands = append(cands, append([]byte(nil), h...))
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return st, err
+	}
+	for i := 0; i < len(cands); i += 1000 {
+		batch := cands[i:min(i+1000, len(cands))]
+		err := m.tracker.Sweep(func(seen func([]byte) bool) error {
+			return m.store.Update(ctx, func(tx kv.Txn) error {
+				for _, h := range batch {
+					if seen(h) {
+						continue
+					}
+					if err := cowfs.DeleteContent(tx, h); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return st, err
+		}
+		st.Blocks += len(batch)
+	}
+	return st, nil
+}

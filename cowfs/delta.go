@@ -1,0 +1,280 @@
+package cowfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"path"
+	"sort"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// A delta is what a run of layers (the layers a branch added above its fork
+// base) changed: the topmost inode records, directory-entry records and the
+// set of inodes with data. Diff and merge work on deltas, so they cost
+// O(changes), not O(tree).
+
+type entryID struct {
+	Dir  InodeID
+	Slot uint64
+}
+
+type delta struct {
+	layers  []LayerID // top first
+	inodes  map[InodeID]*inode
+	entries map[entryID]entry
+	data    map[InodeID]bool
+}
+
+func loadDelta(tx kv.Txn, layers []LayerID) (*delta, error) {
+	d := &delta{layers: layers, inodes: map[InodeID]*inode{}, entries: map[entryID]entry{}, data: map[InodeID]bool{}}
+	for _, l := range layers {
+		pfx := layerPrefix(l)
+		err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
+			rest := k[len(pfx):]
+			switch {
+			case len(rest) == 9 && rest[0] == kindInode:
+				ino := InodeID(binary.BigEndian.Uint64(rest[1:]))
+				if _, ok := d.inodes[ino]; ok {
+					return true, nil
+				}
+				n, err := decodeInode(ino, v)
+				if err != nil {
+					return false, err
+				}
+				d.inodes[ino] = n
+			case len(rest) == 17 && rest[0] == kindEntry:
+				id := entryID{InodeID(binary.BigEndian.Uint64(rest[1:])), binary.BigEndian.Uint64(rest[9:])}
+				if _, ok := d.entries[id]; ok {
+					return true, nil
+				}
+				e, err := decodeEntry(v)
+				if err != nil {
+					return false, err
+				}
+				d.entries[id] = e
+			case len(rest) == 17 && rest[0] == kindData:
+				d.data[InodeID(binary.BigEndian.Uint64(rest[1:]))] = true
+			}
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// dataBytes sums the bytes of the delta's blocks of ino.
+func (d *delta) dataBytes(tx kv.Txn, f *FS, ino InodeID) (int64, error) {
+	var total int64
+	seen := map[uint64]bool{}
+	for _, l := range d.layers {
+		pfx := dataPrefix(l, ino)
+		err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
+			idx := binary.BigEndian.Uint64(k[len(k)-8:])
+			if seen[idx] {
+				return true, nil
+			}
+			seen[idx] = true
+			switch {
+			case len(v) > 0 && v[0] == refInline:
+				total += int64(len(v) - 1)
+			case len(v) > 0 && v[0] == refHash:
+				total += int64(f.bs)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return total, nil
+}
+
+// DeltaBytes returns the data bytes written in layers (an upper bound: full
+// blocks count as the block size).
+func DeltaBytes(ctx context.Context, f *FS, stack []LayerID, base LayerID) (int64, error) {
+	var layers []LayerID
+	for _, l := range stack {
+		if l == base {
+			break
+		}
+		layers = append(layers, l)
+	}
+	var total int64
+	err := f.store.View(ctx, func(tx kv.Txn) error {
+		total = 0
+		for _, l := range layers {
+			pfx := append(layerPrefix(l), kindData)
+			err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
+				switch {
+				case len(v) > 0 && v[0] == refInline:
+					total += int64(len(v) - 1)
+				case len(v) > 0 && v[0] == refHash:
+					total += int64(f.bs)
+				}
+				return true, nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return total, err
+}
+
+// Change is one changed path.
+type Change struct {
+	Path  string
+	Kind  string // "added", "modified", "deleted"
+	Type  FileType
+	Bytes int64
+}
+
+// Diff lists what the layers of view (those above base, i.e. view's stack
+// minus base's) changed relative to the view base. ignore filters base names.
+func Diff(ctx context.Context, f *FS, vs, bs []LayerID, ignore func(name string) bool) ([]Change, error) {
+	view := NewWithStack(f.store, f.alloc, vs, f.opts)
+	base := NewWithStack(f.store, f.alloc, bs, f.opts)
+	defer view.Close()
+	defer base.Close()
+	layers, ok := above(vs, bs)
+	if !ok {
+		return nil, errors.New("cowfs: diff base is not below the view")
+	}
+	var out []Change
+	err := view.store.View(ctx, func(tx kv.Txn) error {
+		out = out[:0]
+		d, err := loadDelta(tx, layers)
+		if err != nil {
+			return err
+		}
+		vst, bst := state{stack: vs}, state{stack: bs}
+		reported := map[InodeID]bool{}
+		pathIn := func(f *FS, st state, dir InodeID, name string) string {
+			p, err := f.pathInTx(tx, st, dir)
+			if err != nil {
+				return ""
+			}
+			return path.Join(p, name)
+		}
+		for id, ce := range d.entries {
+			blayers, err := base.layersOf(tx, bst, id.Dir)
+			if err != nil {
+				return err
+			}
+			be, err := resolveSlot(tx, blayers, id.Dir, id.Slot)
+			if err != nil {
+				return err
+			}
+			bLive := be.found && be.e.Ino != 0
+			cLive := ce.Ino != 0
+			switch {
+			case cLive && (!bLive || be.e.Ino != ce.Ino):
+				kind := "added"
+				if bLive && be.e.Name == ce.Name {
+					kind = "modified"
+				}
+				if ignore != nil && ignore(ce.Name) {
+					continue
+				}
+				var bytes int64
+				if n, ok := d.inodes[ce.Ino]; ok && n.Type == TypeRegular {
+					if bytes, err = d.dataBytes(tx, view, ce.Ino); err != nil {
+						return err
+					}
+				}
+				out = append(out, Change{Path: pathIn(view, vst, id.Dir, ce.Name), Kind: kind, Type: ce.Type, Bytes: bytes})
+				reported[ce.Ino] = true
+				if bLive && kind == "added" {
+					out = append(out, Change{Path: pathIn(base, bst, id.Dir, be.e.Name), Kind: "deleted", Type: be.e.Type})
+				}
+			case !cLive && bLive:
+				if ignore != nil && ignore(be.e.Name) {
+					continue
+				}
+				var size int64
+				if n, _, err := base.getInode(tx, bst, be.e.Ino); err == nil && n.Type == TypeRegular {
+					size = int64(n.Size)
+				}
+				out = append(out, Change{Path: pathIn(base, bst, id.Dir, be.e.Name), Kind: "deleted", Type: be.e.Type, Bytes: size})
+				reported[be.e.Ino] = true
+			}
+		}
+		for ino, n := range d.inodes {
+			if reported[ino] || n.Deleted || len(n.Links) == 0 {
+				continue
+			}
+			bn, _, err := base.getInode(tx, bst, ino)
+			if err != nil {
+				continue // created and removed inside the delta
+			}
+			changed := n.Mode != bn.Mode || n.UID != bn.UID || n.GID != bn.GID
+			if n.Type != TypeDir {
+				changed = changed || n.Size != bn.Size || n.Mtime != bn.Mtime || d.data[ino] || n.Target != bn.Target
+			}
+			if !changed || (ignore != nil && ignore(n.Links[0].Name)) {
+				continue
+			}
+			var bytes int64
+			if n.Type == TypeRegular {
+				if bytes, err = d.dataBytes(tx, view, ino); err != nil {
+					return err
+				}
+			}
+			p, err := view.pathInTx(tx, vst, ino)
+			if err != nil {
+				continue
+			}
+			out = append(out, Change{Path: p, Kind: "modified", Type: n.Type, Bytes: bytes})
+		}
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Path != out[j].Path {
+			return out[i].Path < out[j].Path
+		}
+		return out[i].Kind < out[j].Kind
+	})
+	return out, err
+}
+
+// above returns the layers of stack above the top of base, if base's stack
+// is a suffix of stack.
+func above(stack, base []LayerID) ([]LayerID, bool) {
+	if len(base) > len(stack) {
+		return nil, false
+	}
+	k := len(stack) - len(base)
+	for i := range base {
+		if stack[k+i] != base[i] {
+			return nil, false
+		}
+	}
+	return stack[:k], true
+}
+
+func (f *FS) pathInTx(tx kv.Txn, st state, ino InodeID) (string, error) {
+	var parts []string
+	for cur, i := ino, 0; cur != RootIno; i++ {
+		if i > 4096 {
+			return "", errCorrupt
+		}
+		n, _, err := f.getInode(tx, st, cur)
+		if err != nil {
+			return "", err
+		}
+		if len(n.Links) == 0 {
+			return "", errCorrupt
+		}
+		parts = append(parts, n.Links[0].Name)
+		cur = n.Links[0].Dir
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return path.Join(parts...), nil
+}

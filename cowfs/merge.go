@@ -1,0 +1,307 @@
+package cowfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"path"
+	"sort"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Merge applies what child changed since base onto parent, writing the
+// result into layer dst, an empty layer over parent's top that nothing
+// references yet. Both sides' changes are deltas above base; a key changed
+// on both sides is a conflict, except directories whose only common change
+// is their entry list (merged) and names ignore accepts (the child wins).
+// On conflict it returns the conflicting paths and writes nothing. The
+// caller publishes dst (makes it parent's top) in one small transaction, so
+// a crash before that leaves only an unreferenced layer.
+//
+// cs, ps and bs are the child's, parent's and base's stacks (top first); f
+// is any view of the store (its options are used). Merge takes no view
+// locks, so callers may hold them.
+func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, error) {
+	child := NewWithStack(f.store, f.alloc, cs, f.opts)
+	parent := NewWithStack(f.store, f.alloc, ps, f.opts)
+	base := NewWithStack(f.store, f.alloc, bs, f.opts)
+	defer child.Close()
+	defer parent.Close()
+	defer base.Close()
+	cl, ok1 := above(cs, bs)
+	pl, ok2 := above(ps, bs)
+	if !ok1 || !ok2 {
+		return []string{"/ (the parent was restored past the fork point)"}, nil
+	}
+	type kvp struct{ k, v []byte }
+	var writes []kvp
+	var conflicts []string
+	err := child.store.View(ctx, func(tx kv.Txn) error {
+		writes, conflicts = writes[:0], conflicts[:0]
+		cd, err := loadDelta(tx, cl)
+		if err != nil {
+			return err
+		}
+		pd, err := loadDelta(tx, pl)
+		if err != nil {
+			return err
+		}
+		cst, pst, bst := state{stack: cs}, state{stack: ps}, state{stack: bs}
+		nameOf := func(n *inode, f *FS, st state) string {
+			if p, err := f.pathInTx(tx, st, n.Ino); err == nil {
+				return p
+			}
+			if len(n.Links) > 0 {
+				return n.Links[0].Name
+			}
+			return "?"
+		}
+		ignored := func(n *inode) bool {
+			return ignore != nil && len(n.Links) > 0 && ignore(n.Links[0].Name)
+		}
+		// Inodes.
+		fullCopy := map[InodeID]bool{}
+		inos := make([]InodeID, 0, len(cd.inodes))
+		for ino := range cd.inodes {
+			inos = append(inos, ino)
+		}
+		sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+		for _, ino := range inos {
+			cn := cd.inodes[ino]
+			pn, both := pd.inodes[ino]
+			if !both {
+				continue
+			}
+			if cn.Type == TypeDir && pn.Type == TypeDir && !cn.Deleted && !pn.Deleted {
+				bn, _, err := base.getInode(tx, bst, ino)
+				if err != nil {
+					conflicts = append(conflicts, nameOf(cn, child, cst))
+					continue
+				}
+				cAttr := cn.Mode != bn.Mode || cn.UID != bn.UID || cn.GID != bn.GID
+				pAttr := pn.Mode != bn.Mode || pn.UID != bn.UID || pn.GID != bn.GID
+				if cAttr && pAttr {
+					conflicts = append(conflicts, nameOf(cn, child, cst))
+					continue
+				}
+				m := pn.clone()
+				if cAttr {
+					m.Mode, m.UID, m.GID = cn.Mode, cn.UID, cn.GID
+				}
+				m.Mtime, m.Ctime = max(pn.Mtime, cn.Mtime), max(pn.Ctime, cn.Ctime)
+				m.Nlink = uint32(int64(pn.Nlink) + int64(cn.Nlink) - int64(bn.Nlink))
+				if cn.Links != nil && (len(bn.Links) == 0 || cn.Links[0] != bn.Links[0]) {
+					m.Links = cn.Links // the child moved it
+				}
+				cd.inodes[ino] = m
+				continue
+			}
+			if ignored(cn) || ignored(pn) {
+				fullCopy[ino] = true
+				continue
+			}
+			conflicts = append(conflicts, nameOf(cn, child, cst))
+		}
+		// Entries.
+		for id, ce := range cd.entries {
+			pe, both := pd.entries[id]
+			if !both || pe == ce {
+				continue
+			}
+			if ignore != nil && (ignore(ce.Name) || ignore(pe.Name)) {
+				continue
+			}
+			dir := "?"
+			if p, err := child.pathInTx(tx, cst, id.Dir); err == nil {
+				dir = p
+			} else if p, err := parent.pathInTx(tx, pst, id.Dir); err == nil {
+				dir = p
+			}
+			name := ce.Name
+			if ce.Ino == 0 {
+				name = pe.Name
+			}
+			conflicts = append(conflicts, path.Join(dir, name))
+		}
+		if len(conflicts) > 0 {
+			return nil
+		}
+		for id, ce := range cd.entries {
+			writes = append(writes, kvp{entryKey(dst, id.Dir, id.Slot), ce.encode()})
+		}
+		for _, ino := range inos {
+			cn := cd.inodes[ino]
+			if fullCopy[ino] && !cn.Deleted {
+				kvs, err := child.fullBlocks(tx, cst, ino, dst)
+				if err != nil {
+					return err
+				}
+				for _, e := range kvs {
+					writes = append(writes, kvp{e[0], e[1]})
+				}
+				m := cn.clone()
+				m.Cut = 0
+				writes = append(writes, kvp{inodeKey(dst, ino), m.encode()})
+				continue
+			}
+			m := cn.clone()
+			if !cn.Deleted && cd.data[ino] {
+				kvs, cut, err := child.collapseBlocks(tx, cl, ino, dst)
+				if err != nil {
+					return err
+				}
+				for _, e := range kvs {
+					writes = append(writes, kvp{e[0], e[1]})
+				}
+				m.Cut = cut
+			} else if !cn.Deleted {
+				m.Cut = minCut(tx, cl, ino, cn.Cut)
+			}
+			writes = append(writes, kvp{inodeKey(dst, ino), m.encode()})
+		}
+		return nil
+	})
+	if err != nil || len(conflicts) > 0 {
+		sort.Strings(conflicts)
+		return conflicts, err
+	}
+	for i := 0; i < len(writes); i += 2000 {
+		j := min(i+2000, len(writes))
+		err := child.store.Update(ctx, func(tx kv.Txn) error {
+			for _, w := range writes[i:j] {
+				if err := tx.Set(w.k, w.v); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// minCut returns the smallest Cut among the records of ino in layers.
+func minCut(tx kv.Txn, layers []LayerID, ino InodeID, cut uint64) uint64 {
+	for _, l := range layers {
+		v, err := tx.Get(inodeKey(l, ino))
+		if err != nil {
+			continue
+		}
+		if n, err := decodeInode(ino, v); err == nil && n.Cut < cut {
+			cut = n.Cut
+		}
+	}
+	return cut
+}
+
+// collapseBlocks folds the blocks of ino held by layers (top first) into
+// references for layer dst, honouring each record's Cut, and returns them
+// with the folded Cut (relative to what lies below layers).
+func (f *FS) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst LayerID) ([][2][]byte, uint64, error) {
+	var out [][2][]byte
+	seen := map[uint64]bool{}
+	limit := uint64(1<<64 - 1)
+	br := &blockReader{f: f, tx: tx, ino: ino}
+	for _, l := range layers {
+		pfx := dataPrefix(l, ino)
+		var inner error
+		err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
+			idx := binary.BigEndian.Uint64(k[len(k)-8:])
+			if seen[idx] {
+				return true, nil
+			}
+			base := idx * f.bs
+			if base >= limit {
+				return false, nil
+			}
+			seen[idx] = true
+			ref := append([]byte(nil), v...)
+			if limit-base < f.bs {
+				// Straddles an upper cut: store the visible part only.
+				buf := make([]byte, f.bs)
+				if inner = br.content(resolved{ref: ref, limit: limit - base}, buf); inner != nil {
+					return false, inner
+				}
+				var c *[2][]byte
+				ref, c = f.blockRef(buf[:limit-base])
+				if c != nil {
+					out = append(out, *c)
+				}
+			}
+			out = append(out, [2][]byte{dataKey(dst, ino, idx), ref})
+			return true, nil
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		v, err := tx.Get(inodeKey(l, ino))
+		if errors.Is(err, kv.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		n, err := decodeInode(ino, v)
+		if err != nil {
+			return nil, 0, err
+		}
+		if n.Deleted {
+			limit = 0
+		} else if n.Cut < limit {
+			limit = n.Cut
+		}
+		if limit == 0 {
+			break
+		}
+	}
+	return out, limit, nil
+}
+
+// fullBlocks returns references for every visible block of ino in view st,
+// for a record with Cut 0 in layer dst.
+func (f *FS) fullBlocks(tx kv.Txn, st state, ino InodeID, dst LayerID) ([][2][]byte, error) {
+	n, _, err := f.getInode(tx, st, ino)
+	if err != nil || n.Size == 0 {
+		return nil, err
+	}
+	br, err := f.newBlockReader(tx, st, ino)
+	if err != nil {
+		return nil, err
+	}
+	blocks, err := br.blocks(0, (n.Size-1)/f.bs)
+	if err != nil {
+		return nil, err
+	}
+	var out [][2][]byte
+	for idx, r := range blocks {
+		ref := r.ref
+		if r.limit < f.bs {
+			buf := make([]byte, f.bs)
+			if err := br.content(r, buf); err != nil {
+				return nil, err
+			}
+			var c *[2][]byte
+			ref, c = f.blockRef(buf[:r.limit])
+			if c != nil {
+				out = append(out, *c)
+			}
+		}
+		out = append(out, [2][]byte{dataKey(dst, ino, idx), ref})
+	}
+	return out, nil
+}
+
+// NewWithStack returns a view over an explicit stack (top first), such as a
+// read-only base or a staging view. It costs no store access.
+func NewWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *FS {
+	opts.EnsureDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &FS{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
+		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID][]LayerID{}}
+}
+
+// SetStackLocked replaces the stack (top first); the caller holds Lock.
+func (f *FS) SetStackLocked(stack []LayerID) { f.setStackLocked(append([]LayerID(nil), stack...)) }
