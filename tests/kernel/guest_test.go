@@ -84,10 +84,13 @@ host() {
 	case "$_reply" in "OK $1"*) return 0;; *) echo "host $*: $_reply"; return 1;; esac
 }
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
-# nfsmount EXPORT DIR [EXTRA_OPTIONS]
+# nfsmount EXPORT DIR [EXTRA_OPTIONS]: MOUNT_OPTS are the options that
+# "branchnfs mount --print --os linux" gives; mount(2) also needs the
+# addresses that mount.nfs would otherwise resolve.
 nfsmount() {
 	mkdir -p "$2"
-	/bin/mounthelper mount "10.0.2.2:$1" "$2" "vers=3,proto=tcp,port=$NFS_PORT,mountport=$NFS_PORT,mountproto=tcp,mountvers=3,nolock,addr=10.0.2.2,mountaddr=10.0.2.2${3:+,$3}"
+	_opts=${MOUNT_OPTS:-vers=3,proto=tcp,port=$NFS_PORT,mountport=$NFS_PORT,mountproto=tcp,nolock,noacl}
+	/bin/mounthelper mount "10.0.2.2:$1" "$2" "$_opts,mountvers=3,addr=10.0.2.2,mountaddr=10.0.2.2${3:+,$3}"
 }
 # as_user CMD...: runs a shell command line as the unprivileged user alice.
 as_user() { /bin/mounthelper runas 1000 1000 /bin/sh -c "$*"; }

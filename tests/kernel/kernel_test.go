@@ -171,7 +171,12 @@ func contains(list []string, s string) bool {
 // on a mount of branch main.
 func TestKernelPOSIX(t *testing.T) {
 	img, helper, srv := setup(t)
-	runScenario(t, "posix", srv, img, helper, map[string]string{"EXPORT": srv.exportPath("main")}, nil, 8*time.Minute)
+	opts, err := srv.linuxMountOptions("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"EXPORT": srv.exportPath("main"), "MOUNT_OPTS": opts}
+	runScenario(t, "posix", srv, img, helper, env, nil, 7*time.Minute)
 }
 
 // TestKernelBranches runs testdata/branch.sh: forks, commit, abort and a
@@ -194,5 +199,9 @@ func TestKernelBranches(t *testing.T) {
 		"stop":   func([]string) error { return srv.stop() },
 		"start":  func([]string) error { return srv.start() },
 	}
-	runScenario(t, "branch", srv, img, helper, nil, actions, 5*time.Minute)
+	opts, err := srv.linuxMountOptions("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runScenario(t, "branch", srv, img, helper, map[string]string{"MOUNT_OPTS": opts}, actions, 4*time.Minute)
 }

@@ -206,3 +206,37 @@ func (s *nfsServer) logTail(n int) string {
 	}
 	return tail(string(b), n)
 }
+
+// linuxMountOptions returns the -o options of the Linux mount command that
+// "branchnfs mount --print --os linux" prints for branch, checking that it
+// mounts this server's export of the branch over loopback. A custom server
+// gets "" (the guest then uses its default options).
+func (s *nfsServer) linuxMountOptions(branch string) (string, error) {
+	if !s.isBranchnfs() {
+		return "", nil
+	}
+	out, err := s.cli("mount", "--print", "--os", "linux", branch, "/mnt/"+branch)
+	if err != nil {
+		return "", err
+	}
+	var opts, source string
+	f := strings.Fields(strings.NewReplacer("'", "", "\"", "").Replace(out))
+	for i, w := range f {
+		switch {
+		case w == "-o" && i+1 < len(f):
+			opts = f[i+1]
+		case strings.Contains(w, ":/"):
+			source = w
+		}
+	}
+	want := fmt.Sprintf("127.0.0.1:/%s", branch)
+	if opts == "" || source != want {
+		return "", fmt.Errorf("branchnfs mount --print: want a mount command of %s with -o OPTIONS, got %q", want, out)
+	}
+	for _, o := range []string{"vers=3", fmt.Sprintf("port=%d", s.port), fmt.Sprintf("mountport=%d", s.port)} {
+		if !contains(strings.Split(opts, ","), o) {
+			return "", fmt.Errorf("branchnfs mount --print: options %q lack %s", opts, o)
+		}
+	}
+	return opts, nil
+}
