@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command (README.md): installs what the tests need, then runs them.
+# As root on Debian it installs missing packages with apt-get; elsewhere the
+# suites that need them skip with a message (and fail when CI=true).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v nfs-cp >/dev/null 2>&1 || need+=(libnfs-utils)
+command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
+if ((${#need[@]})); then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "test.sh: installing ${need[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	else
+		echo "test.sh: missing ${need[*]} (not root or no apt-get): the suites that need them will skip" >&2
+	fi
+fi
+
+go mod download
+go vet ./...
+go test -count=1 -timeout 28m "$@" ./...
