@@ -1,0 +1,18 @@
+// Package branches owns branch lifecycle: fork, commit, abort,
+// checkpoints, restore, diff, invalidation and background reclamation,
+// over cowfs views stored in one kv.Store.
+//
+// Fork gives the child a new empty top layer over the parent's frozen top
+// (and the parent a new top too) in one small transaction. Commit into an
+// unchanged parent swaps the parent's top pointer to the child's stack in
+// one small transaction; otherwise cowfs.Merge writes a merged layer that
+// one small transaction publishes. Either way the commit is atomic across a
+// crash, and invalidates the parent's other live children (first commit
+// wins). Abort flips records in one transaction; the reclaimer deletes
+// unreachable layers and unreferenced blocks later.
+//
+// Errors are the sentinels of errors.go, tested with errors.Is; some come
+// as types carrying details (InvalidatedError, ConflictError,
+// HasChildrenError). Lifecycle operations are serialised per Manager;
+// View and ViewByID are cheap and safe to call on every NFS request.
+package branches

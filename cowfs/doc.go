@@ -1,0 +1,25 @@
+// Package cowfs is the copy-on-write filesystem of one branch view.
+//
+// A view is a stack of layers, top first. Writes go to the top layer; every
+// layer below it is frozen. A read resolves top-down: an inode is the
+// topmost record of its number, a directory entry the topmost record of its
+// slot, a data block the topmost reference of its index (subject to the
+// truncation cut each inode record carries). Whiteouts and inode tombstones
+// hide what lower layers hold. Which frozen layers hold a record of an
+// inode is cached per view, so reads cost O(layers that touched the inode),
+// not O(depth).
+//
+// Data lives in fixed-size blocks (Options.BlockSize) stored once per
+// BLAKE3 hash; small blocks are inline and all-zero blocks are references
+// without content, so holes cost nothing.
+//
+// APIs: the inode-level calls in api.go (used by the NFS server), and the
+// go-billy v5 filesystem returned by FS.Billy (billy.Filesystem,
+// billy.Change, symlinks, Link). Merge and Diff work on the layers a branch
+// added above its fork base, in O(changes).
+//
+// Errors are unwrapped *fs.PathError values carrying a syscall.Errno.
+// Concurrency: an FS is safe for concurrent use; namespace changes are
+// serialised per view, writes per inode, and every call is one kv
+// transaction. cowfs knows nothing of branch names or lifecycle.
+package cowfs
