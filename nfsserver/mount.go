@@ -1,0 +1,162 @@
+package nfsserver
+
+import (
+	"net"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/branchnfs/branchnfs/cowfs"
+)
+
+// mountProcs is the MOUNT v3 dispatch table (RFC 1813 appendix I).
+var mountProcs = [numMountProcs]procInfo{
+	{"NULL", nfsNull},
+	{"MNT", mountMnt},
+	{"DUMP", mountDump},
+	{"UMNT", mountUmnt},
+	{"UMNTALL", mountUmntall},
+	{"EXPORT", mountExport},
+}
+
+const (
+	numMountProcs = 6
+	maxMountPath  = 1024 // MNTPATHLEN
+)
+
+// mountTable remembers who mounted what, for DUMP. It is advisory, as in
+// every NFS server: UMNT may never come.
+type mountTable struct {
+	mu sync.Mutex // protects the following
+	m  map[[2]string]struct{}
+}
+
+func (t *mountTable) init() { t.m = make(map[[2]string]struct{}) }
+
+// clientName identifies the caller in the mount table: the AUTH_UNIX
+// machine name, else the remote address.
+func (r *request) clientName() string {
+	if r.cred.machine != "" {
+		return r.cred.machine
+	}
+	host, _, err := net.SplitHostPort(r.remote)
+	if err != nil {
+		return r.remote
+	}
+	return host
+}
+
+// mountPoint resolves an export path: "/" is the synthetic root listing
+// every live branch; "/B" is branch B's root; "/B/sub/dir" a directory in
+// it.
+func (r *request) mountPoint(p string) (*node, error) {
+	p = path.Clean("/" + p)
+	if p == "/" {
+		return r.s.rootNode(r.ctx)
+	}
+	parts := strings.Split(p[1:], "/")
+	fs, info, err := r.s.opts.Branches.View(parts[0])
+	if err != nil {
+		return nil, err
+	}
+	a, err := fs.GetAttr(cowfs.RootIno)
+	if err != nil {
+		return nil, err
+	}
+	n := &node{h: fileHandle{branch: info.ID, ino: a.Ino, gen: a.Gen}, fs: fs, info: info, attr: a}
+	for _, name := range parts[1:] {
+		if n, err = r.lookup(n, name); err != nil {
+			return nil, err
+		}
+	}
+	if !n.isDir() {
+		return nil, syscall.ENOTDIR
+	}
+	return n, nil
+}
+
+func mountMnt(r *request, d *decoder, e *encoder) error {
+	p := d.string(maxMountPath)
+	if d.err != nil {
+		return errGarbage
+	}
+	n, err := r.mountPoint(p)
+	if err != nil {
+		r.s.log.Info("mount: refused", "path", p, "client", r.clientName(), "reason", err)
+		e.u32(mountStatus(err))
+		return nil
+	}
+	r.s.mounts.mu.Lock()
+	r.s.mounts.m[[2]string{r.clientName(), p}] = struct{}{}
+	r.s.mounts.mu.Unlock()
+	r.s.log.Info("mount: granted", "path", p, "client", r.clientName(), "branch", n.info.Name)
+	e.u32(0)
+	e.opaque(r.s.encodeHandle(n.h))
+	// Offer AUTH_SYS first: macOS uses no credentials at all if only
+	// AUTH_NULL is offered.
+	e.u32(2)
+	e.u32(authUnix)
+	e.u32(authNull)
+	return nil
+}
+
+func mountDump(r *request, d *decoder, e *encoder) error {
+	r.s.mounts.mu.Lock()
+	list := make([][2]string, 0, len(r.s.mounts.m))
+	for k := range r.s.mounts.m {
+		list = append(list, k)
+	}
+	r.s.mounts.mu.Unlock()
+	slices.SortFunc(list, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
+	for _, m := range list {
+		e.bool(true)
+		e.string(m[0])
+		e.string(m[1])
+	}
+	e.bool(false)
+	return nil
+}
+
+func mountUmnt(r *request, d *decoder, e *encoder) error {
+	p := d.string(maxMountPath)
+	if d.err != nil {
+		return errGarbage
+	}
+	r.s.mounts.mu.Lock()
+	delete(r.s.mounts.m, [2]string{r.clientName(), p})
+	r.s.mounts.mu.Unlock()
+	return nil
+}
+
+func mountUmntall(r *request, d *decoder, e *encoder) error {
+	host := r.clientName()
+	r.s.mounts.mu.Lock()
+	for k := range r.s.mounts.m {
+		if k[0] == host {
+			delete(r.s.mounts.m, k)
+		}
+	}
+	r.s.mounts.mu.Unlock()
+	return nil
+}
+
+// mountExport lists "/" and every live branch, with no group restriction,
+// so clients such as libnfs find the branches without traversing mounts.
+func mountExport(r *request, d *decoder, e *encoder) error {
+	live, err := r.s.liveBranches(r.ctx)
+	if err != nil {
+		r.s.log.Warn("mount: cannot list branches for EXPORT", "err", err)
+	}
+	e.bool(true)
+	e.string("/")
+	e.bool(false) // no groups
+	for _, b := range live {
+		e.bool(true)
+		e.string("/" + b.Name)
+		e.bool(false)
+	}
+	e.bool(false)
+	return nil
+}

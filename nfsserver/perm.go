@@ -1,0 +1,89 @@
+package nfsserver
+
+import "github.com/branchnfs/branchnfs/cowfs"
+
+// Permission bits as in the rwx triplets of a mode.
+const (
+	mayRead  = 4
+	mayWrite = 2
+	mayExec  = 1
+)
+
+// ACCESS3 bits.
+const (
+	access3Read    = 0x01
+	access3Lookup  = 0x02
+	access3Modify  = 0x04
+	access3Extend  = 0x08
+	access3Delete  = 0x10
+	access3Execute = 0x20
+)
+
+func (c *cred) isRoot() bool { return c.uid == 0 }
+
+func (c *cred) owns(a *cowfs.Attr) bool { return c.uid == a.UID }
+
+// may reports whether the caller has every permission in want (mayRead,
+// mayWrite, mayExec) on a, per POSIX: the owner triplet for the owner, the
+// group triplet for members of the file's group, the other triplet for the
+// rest. Root has every permission, except execute on a non-directory with
+// no execute bit at all.
+func (c *cred) may(a *cowfs.Attr, want uint32) bool {
+	if c.isRoot() {
+		if want&mayExec != 0 && a.Type != cowfs.TypeDir && a.Mode&0o111 == 0 {
+			return false
+		}
+		return true
+	}
+	var bits uint32
+	switch {
+	case c.uid == a.UID:
+		bits = a.Mode >> 6
+	case c.inGroup(a.GID):
+		bits = a.Mode >> 3
+	default:
+		bits = a.Mode
+	}
+	return bits&7&want == want
+}
+
+// access computes the ACCESS3 bits granted on a, restricted to want.
+func (c *cred) access(a *cowfs.Attr, want uint32) uint32 {
+	var got uint32
+	if c.may(a, mayRead) {
+		got |= access3Read
+	}
+	if a.Type == cowfs.TypeDir {
+		x := c.may(a, mayExec)
+		if x {
+			got |= access3Lookup
+		}
+		if x && c.may(a, mayWrite) {
+			got |= access3Modify | access3Extend | access3Delete
+		}
+	} else {
+		if c.may(a, mayWrite) {
+			got |= access3Modify | access3Extend
+		}
+		if c.may(a, mayExec) {
+			got |= access3Execute
+		}
+	}
+	return got & want
+}
+
+// stickyDenies reports whether the sticky bit of dir forbids the caller to
+// remove or rename the entry victim: only the owner of the entry, the owner
+// of the directory and root may.
+func (c *cred) stickyDenies(dir, victim *cowfs.Attr) bool {
+	return dir.Mode&cowfs.ModeSticky != 0 && !c.isRoot() && !c.owns(dir) && !c.owns(victim)
+}
+
+// newGID is the group of a file created in dir: the directory's group when
+// it is setgid (BSD semantics), else the caller's primary group.
+func (c *cred) newGID(dir *cowfs.Attr) uint32 {
+	if dir.Mode&cowfs.ModeSetgid != 0 {
+		return dir.GID
+	}
+	return c.gid
+}

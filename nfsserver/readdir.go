@@ -1,0 +1,177 @@
+package nfsserver
+
+import (
+	"syscall"
+
+	"github.com/branchnfs/branchnfs/cowfs"
+)
+
+// READDIR and READDIRPLUS.
+//
+// Cookies: 1 is ".", 2 is "..", anything else is a cowfs cookie, which
+// stays valid while the directory changes and resumes in O(page). For the
+// synthetic root, a branch's cookie is its id + 2. We never answer
+// NFS3ERR_BAD_COOKIE (macOS reads it as end of directory) and the cookie
+// verifier is constant (0), so clients never restart a listing.
+
+func nfsReaddir(r *request, d *decoder, e *encoder) error {
+	fh := d.opaque(fhSize)
+	cookie := d.u64()
+	d.fixed(8) // cookieverf: ignored
+	count := d.u32()
+	if d.err != nil {
+		return errGarbage
+	}
+	return r.readdir(e, fh, cookie, count, count, false)
+}
+
+func nfsReaddirplus(r *request, d *decoder, e *encoder) error {
+	fh := d.opaque(fhSize)
+	cookie := d.u64()
+	d.fixed(8) // cookieverf: ignored
+	dircount := d.u32()
+	maxcount := d.u32()
+	if d.err != nil {
+		return errGarbage
+	}
+	return r.readdir(e, fh, cookie, dircount, maxcount, true)
+}
+
+func (r *request) readdir(e *encoder, fh []byte, cookie uint64, dircount, maxcount uint32, plus bool) error {
+	n, err := r.resolve(fh)
+	if err != nil {
+		return r.fail(e, n, err, 1)
+	}
+	if !n.isDir() {
+		return r.fail(e, n, syscall.ENOTDIR, 1)
+	}
+	if !r.cred.may(&n.attr, mayRead) {
+		return r.fail(e, n, syscall.EACCES, 1)
+	}
+	maxcount = min(maxcount, maxIO)
+	if dircount == 0 || dircount > maxcount {
+		dircount = maxcount
+	}
+	start := len(e.b)
+	ok(e)
+	putPostOp(e, n.h, &n.attr)
+	e.u64(0) // cookieverf
+	budget := int(maxcount) - (len(e.b) - start) - 8
+	dirBudget := int(dircount)
+	emitted := 0
+
+	// emit appends one entry if it fits in the reply.
+	emit := func(name string, h fileHandle, cookie uint64, a *cowfs.Attr) bool {
+		dsize := 8 + xdrSize(len(name)) + 8
+		size := 4 + dsize
+		if plus {
+			size += 4 + 4
+			if a != nil {
+				size += fattrSize + xdrSize(handleLen)
+			}
+		}
+		if size > budget || (plus && emitted > 0 && dsize > dirBudget) {
+			return false
+		}
+		budget -= size
+		dirBudget -= dsize
+		e.bool(true)
+		e.u64(h.fileid(h.ino))
+		e.string(name)
+		e.u64(cookie)
+		if plus {
+			putPostOp(e, h, a)
+			if a != nil {
+				e.bool(true)
+				e.opaque(r.s.encodeHandle(h))
+			} else {
+				e.bool(false)
+			}
+		}
+		emitted++
+		return true
+	}
+
+	full, eof := false, false
+	if cookie == 0 {
+		full = !emit(".", n.h, 1, &n.attr)
+	}
+	if !full && cookie <= 1 {
+		p, err := r.parentOf(n)
+		if err != nil {
+			e.b = e.b[:start]
+			return r.fail(e, n, err, 1)
+		}
+		full = !emit("..", p.h, 2, &p.attr)
+	}
+	if !full && n.isSyntheticRoot() {
+		live, err := r.s.liveBranches(r.ctx)
+		if err != nil {
+			e.b = e.b[:start]
+			return r.fail(e, n, err, 1)
+		}
+		eof = true
+		for _, b := range live {
+			ck := uint64(b.ID) + 2
+			if ck <= cookie {
+				continue
+			}
+			var a *cowfs.Attr
+			h := fileHandle{viaRoot: true, branch: b.ID, ino: cowfs.RootIno}
+			if plus {
+				br, err := r.s.branchRoot(b.Name)
+				if err != nil {
+					continue // went away meanwhile
+				}
+				a, h = &br.attr, br.h
+			}
+			if !emit(b.Name, h, ck, a) {
+				eof = false
+				break
+			}
+		}
+	} else if !full {
+		from := cookie
+		if from <= 2 {
+			from = 0
+		}
+		per := 36
+		if plus {
+			per = 180
+		}
+		for !full {
+			batch := min(max(budget/per+1, 1), 1024)
+			ents, fsEOF, err := n.fs.ReadDir(n.attr.Ino, from, batch)
+			if err != nil {
+				e.b = e.b[:start]
+				return r.fail(e, n, err, 1)
+			}
+			for _, ent := range ents {
+				h := n.h.child(ent.Ino, 0)
+				var a *cowfs.Attr
+				if plus {
+					if x, err := n.fs.GetAttr(ent.Ino); err == nil {
+						a = &x
+						h.gen = x.Gen
+					}
+				}
+				if !emit(ent.Name, h, ent.Cookie, a) {
+					full = true
+					break
+				}
+				from = ent.Cookie
+			}
+			if !full && (fsEOF || len(ents) == 0) {
+				eof = true
+				break
+			}
+		}
+	}
+	if emitted == 0 && !eof {
+		e.b = e.b[:start]
+		return r.fail(e, n, errTooSmall, 1)
+	}
+	e.bool(false)
+	e.bool(eof)
+	return nil
+}

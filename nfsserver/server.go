@@ -1,0 +1,545 @@
+package nfsserver
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/cowfs"
+)
+
+// Branches is what the server needs from the branch store.
+// *branches.Manager satisfies it.
+type Branches interface {
+	// View returns the live view of a branch by name. Errors match
+	// branches.ErrNotFound, ErrStale or ErrInvalidated with errors.Is.
+	View(name string) (*cowfs.FS, branches.Info, error)
+	// ViewByID is View by branch id (NFS handles carry the id).
+	ViewByID(id branches.BranchID) (*cowfs.FS, branches.Info, error)
+	// List returns every branch; the server exports the live ones.
+	List(ctx context.Context) ([]branches.Info, error)
+	// Secret returns the store's 32-byte key for the MACs on file handles.
+	Secret() []byte
+}
+
+// Options configures a Server. The zero value means defaults, except
+// Branches, which is required.
+type Options struct {
+	Branches Branches
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// AnonUID and AnonGID are the identity of AUTH_NULL callers; 0 means
+	// 65534 (nobody). Root cannot be chosen as the anonymous identity.
+	AnonUID, AnonGID uint32
+	// MaxFileSize is the largest file size the server accepts (WRITE and
+	// SETATTR beyond it answer NFS3ERR_FBIG); 0 means DefaultMaxFileSize.
+	MaxFileSize uint64
+}
+
+// DefaultMaxFileSize is the default Options.MaxFileSize: 1 TiB.
+const DefaultMaxFileSize = 1 << 40
+
+// EnsureDefaults fills in the zero fields of o.
+func (o *Options) EnsureDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.AnonUID == 0 {
+		o.AnonUID = 65534
+	}
+	if o.AnonGID == 0 {
+		o.AnonGID = 65534
+	}
+	if o.MaxFileSize == 0 {
+		o.MaxFileSize = DefaultMaxFileSize
+	}
+}
+
+// Protocol limits advertised in FSINFO and enforced on requests.
+const (
+	maxIO         = 1 << 20 // rtmax = wtmax = 1 MiB
+	dirPref       = 64 << 10
+	maxRecord     = maxIO + 64<<10 // largest RPC record accepted
+	maxInFlight   = 32             // concurrent requests per connection
+	writeDeadline = 2 * time.Minute
+)
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("nfsserver: server closed")
+
+// Server serves NFSv3 and MOUNT v3 for every live branch on one port.
+type Server struct {
+	opts      Options // read only
+	log       *slog.Logger
+	secret    []byte
+	writeVerf [8]byte // changes with every server start
+	started   time.Time
+
+	// testHook, when set, runs before every procedure (tests inject panics).
+	testHook func(prog, proc uint32)
+
+	closeOnce sync.Once
+	closeCh   chan struct{}
+	serving   sync.WaitGroup
+
+	macs    sync.Pool // of *hash.Hash keyed with secret
+	mounts  mountTable
+	root    rootState
+	metrics counters
+
+	mu    sync.Mutex // protects the following
+	conns map[*conn]struct{}
+}
+
+// New returns a server for opts.
+func New(opts Options) (*Server, error) {
+	if opts.Branches == nil {
+		return nil, errors.New("nfsserver: Options.Branches is required")
+	}
+	opts.EnsureDefaults()
+	secret := opts.Branches.Secret()
+	if len(secret) < 16 {
+		return nil, fmt.Errorf("nfsserver: handle secret is %d bytes, need at least 16", len(secret))
+	}
+	s := &Server{
+		opts:    opts,
+		log:     opts.Logger,
+		secret:  append([]byte(nil), secret...),
+		started: time.Now(),
+		closeCh: make(chan struct{}),
+		conns:   make(map[*conn]struct{}),
+	}
+	if _, err := rand.Read(s.writeVerf[:]); err != nil {
+		return nil, fmt.Errorf("nfsserver: write verifier: %w", err)
+	}
+	s.mounts.init()
+	s.root.mtime = s.started
+	return s, nil
+}
+
+// Serve accepts connections on ln and serves them until ctx is cancelled or
+// Close is called; then it stops reading new requests, lets the requests in
+// flight finish and closes its connections. It returns nil on such a
+// shutdown and the accept error otherwise.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	select {
+	case <-s.closeCh:
+		return ErrServerClosed
+	default:
+	}
+	s.serving.Add(1)
+	defer s.serving.Done()
+
+	stop := make(chan struct{})
+	defer close(stop)
+	stopping := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.closeCh:
+		case <-stop:
+			return
+		}
+		close(stopping)
+		ln.Close()
+	}()
+
+	var mine sync.WaitGroup
+	mySet := map[*conn]struct{}{}
+	var acceptErr error
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-stopping:
+			default:
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				acceptErr = err
+			}
+			break
+		}
+		c := s.newConn(nc)
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		mySet[c] = struct{}{}
+		s.mu.Unlock()
+		mine.Add(1)
+		go func() {
+			defer mine.Done()
+			c.serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			delete(mySet, c)
+			s.mu.Unlock()
+		}()
+	}
+	s.mu.Lock()
+	for c := range mySet {
+		c.stopReading()
+	}
+	s.mu.Unlock()
+	mine.Wait()
+	return acceptErr
+}
+
+// Close stops every Serve call: no new connections or requests are
+// accepted, requests in flight finish and get their replies. It returns once
+// all Serve calls have returned.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.closeCh) })
+	s.serving.Wait()
+	return nil
+}
+
+// conn is one client connection. Requests are read in order by one
+// goroutine and handled by up to maxInFlight goroutines; each reply is
+// written as one whole record under wmu, in completion order (clients match
+// replies by XID).
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	remote string
+	sem    chan struct{}
+	wg     sync.WaitGroup // requests in flight
+
+	wmu sync.Mutex // serializes record writes
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	s.metrics.conns.Add(1)
+	return &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), sem: make(chan struct{}, maxInFlight)}
+}
+
+func (c *conn) stopReading() { c.nc.SetReadDeadline(time.Now()) }
+
+func (c *conn) serve() {
+	s := c.s
+	s.metrics.openConns.Add(1)
+	defer s.metrics.openConns.Add(-1)
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	for {
+		rec, oversize, err := readRecord(br)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Timeout() {
+					s.log.Debug("nfs: connection read failed", "remote", c.remote, "err", err)
+				}
+			}
+			break
+		}
+		c.sem <- struct{}{}
+		c.wg.Add(1)
+		s.metrics.inFlight.Add(1)
+		go func() {
+			defer func() {
+				putBuf(rec)
+				s.metrics.inFlight.Add(-1)
+				<-c.sem
+				c.wg.Done()
+			}()
+			c.handle(rec, oversize)
+		}()
+	}
+	c.wg.Wait()
+	c.nc.Close()
+}
+
+// readRecord reads one RPC record (RFC 5531 record marking), reassembling
+// its fragments. A record larger than maxRecord is read and discarded, all
+// but its first bytes (enough for the call header), and reported oversize so
+// the caller can answer GARBAGE_ARGS without allocating it.
+func readRecord(r io.Reader) (rec []byte, oversize bool, err error) {
+	const keep = 64
+	buf := getBuf()
+	var hdr [4]byte
+	total := 0
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			putBuf(buf)
+			return nil, false, err
+		}
+		h := binary.BigEndian.Uint32(hdr[:])
+		n := int(h & 0x7fffffff)
+		if oversize || total+n > maxRecord {
+			oversize = true
+			k := min(n, max(0, keep-len(buf)))
+			buf, err = appendRead(r, buf, k)
+			if err == nil {
+				_, err = io.CopyN(io.Discard, r, int64(n-k))
+			}
+		} else {
+			buf, err = appendRead(r, buf, n)
+		}
+		if err != nil {
+			putBuf(buf)
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, false, err
+		}
+		total += n
+		if h&0x80000000 != 0 {
+			return buf, oversize, nil
+		}
+	}
+}
+
+func appendRead(r io.Reader, buf []byte, n int) ([]byte, error) {
+	l := len(buf)
+	buf = growBuf(buf, n)
+	_, err := io.ReadFull(r, buf[l:l+n])
+	return buf, err
+}
+
+func growBuf(buf []byte, n int) []byte {
+	l := len(buf)
+	if cap(buf)-l < n {
+		nb := make([]byte, l, max(2*cap(buf), l+n))
+		copy(nb, buf)
+		buf = nb
+	}
+	return buf[:l+n]
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
+
+func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
+
+func putBuf(b []byte) {
+	if b == nil || cap(b) > maxRecord+maxRecord/4 {
+		return
+	}
+	b = b[:0]
+	bufPool.Put(&b)
+}
+
+// send writes a reply record whose first 4 bytes were reserved for the
+// record mark. The whole record goes out in one write under wmu, so replies
+// of concurrent requests never interleave.
+func (c *conn) send(b []byte) {
+	binary.BigEndian.PutUint32(b, 0x80000000|uint32(len(b)-4))
+	c.wmu.Lock()
+	c.nc.SetWriteDeadline(time.Now().Add(writeDeadline))
+	_, err := c.nc.Write(b)
+	c.wmu.Unlock()
+	if err != nil {
+		c.s.log.Debug("nfs: reply write failed; closing connection", "remote", c.remote, "err", err)
+		c.nc.Close()
+	}
+}
+
+// request is one decoded RPC call.
+type request struct {
+	op     string // procedure name, for logs
+	s      *Server
+	remote string
+	xid    uint32
+	proc   uint32
+	cred   cred
+	ctx    context.Context
+}
+
+type procFunc func(r *request, d *decoder, e *encoder) error
+
+type procInfo struct {
+	name string
+	fn   procFunc
+}
+
+// handle answers one RPC record.
+func (c *conn) handle(rec []byte, oversize bool) {
+	if reply := c.s.dispatch(rec, oversize, c.remote); reply != nil {
+		c.send(reply)
+		putBuf(reply)
+	}
+}
+
+// dispatch decodes one RPC record, runs the procedure and returns the reply
+// record (its first 4 bytes reserved for the record mark), or nil when the
+// record is not a call and gets no reply.
+func (s *Server) dispatch(rec []byte, oversize bool, remote string) []byte {
+	d := decoder{b: rec}
+	xid := d.u32()
+	mtype := d.u32()
+	if d.err != nil || mtype != msgCall {
+		s.log.Debug("nfs: dropping record that is not an RPC call", "remote", remote)
+		return nil
+	}
+	s.metrics.requests.Add(1)
+	e := encoder{b: getBuf()}
+	e.u32(0) // record mark, filled in by send
+	e.u32(xid)
+	e.u32(msgReply)
+
+	rpcvers := d.u32()
+	prog, vers, proc := d.u32(), d.u32(), d.u32()
+	credFlavor := d.u32()
+	credBody := d.opaque(maxAuthBody)
+	d.u32()
+	d.opaque(maxAuthBody)
+	if d.err == nil && rpcvers != rpcVersion {
+		e.u32(replyDenied)
+		e.u32(rejectRPCMismatch)
+		e.u32(rpcVersion)
+		e.u32(rpcVersion)
+		return e.b
+	}
+	acceptHeader := func() {
+		e.u32(replyAccepted)
+		e.u32(authNull) // verifier
+		e.u32(0)
+	}
+	if d.err != nil || oversize {
+		s.metrics.garbage.Add(1)
+		s.log.Warn("nfs: undecodable or oversized RPC call", "remote", remote, "xid", xid, "oversize", oversize)
+		acceptHeader()
+		e.u32(acceptGarbageArgs)
+		return e.b
+	}
+	cr, ok := s.parseCred(credFlavor, credBody)
+	if !ok {
+		e.u32(replyDenied)
+		e.u32(rejectAuthError)
+		if credFlavor == authUnix {
+			e.u32(authBadCred)
+		} else {
+			e.u32(authTooWeak)
+		}
+		return e.b
+	}
+	acceptHeader()
+	statPos := len(e.b)
+
+	var table []procInfo
+	var progName string
+	switch prog {
+	case progNFS:
+		table, progName = nfsProcs[:], "nfs"
+	case progMount:
+		table, progName = mountProcs[:], "mount"
+	default:
+		s.log.Debug("nfs: call for unknown program", "remote", remote, "prog", prog, "vers", vers)
+		e.u32(acceptProgUnavail)
+		return e.b
+	}
+	if vers != 3 {
+		s.log.Debug("nfs: call for unsupported version", "remote", remote, "prog", progName, "vers", vers)
+		e.u32(acceptProgMismatch)
+		e.u32(3) // low
+		e.u32(3) // high
+		return e.b
+	}
+	if proc >= uint32(len(table)) {
+		e.u32(acceptProcUnavail)
+		return e.b
+	}
+	pi := table[proc]
+	s.metrics.countProc(prog, proc)
+	e.u32(acceptSuccess)
+	r := &request{op: progName + "." + pi.name, s: s, remote: remote, xid: xid, proc: proc, cred: cr, ctx: context.Background()}
+	s.invoke(r, pi, prog, &d, &e, statPos)
+	if prog == progNFS && len(e.b) >= statPos+8 && binary.BigEndian.Uint32(e.b[statPos:]) == acceptSuccess &&
+		binary.BigEndian.Uint32(e.b[statPos+4:]) != 0 {
+		s.metrics.nfsErrors.Add(1)
+	}
+	return e.b
+}
+
+// invoke runs one procedure. A panic is recovered, logged and answered
+// SYSTEM_ERR; undecodable arguments are answered GARBAGE_ARGS.
+func (s *Server) invoke(r *request, pi procInfo, prog uint32, d *decoder, e *encoder, statPos int) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.metrics.panics.Add(1)
+			s.log.Error("nfs: panic in procedure (recovered)", "op", r.op, "remote", r.remote,
+				"xid", r.xid, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			e.b = e.b[:statPos]
+			e.u32(acceptSystemErr)
+		}
+	}()
+	if s.testHook != nil {
+		s.testHook(prog, r.proc)
+	}
+	if err := pi.fn(r, d, e); err != nil {
+		s.metrics.garbage.Add(1)
+		s.log.Debug("nfs: garbage arguments", "op", r.op, "remote", r.remote, "xid", r.xid)
+		e.b = e.b[:statPos]
+		e.u32(acceptGarbageArgs)
+	}
+}
+
+// counters are the live metrics.
+type counters struct {
+	conns, requests, garbage, panics, nfsErrors atomic.Uint64
+	bytesRead, bytesWritten                     atomic.Uint64
+	openConns, inFlight                         atomic.Int64
+	nfs                                         [numNFSProcs]atomic.Uint64
+	mount                                       [numMountProcs]atomic.Uint64
+}
+
+func (m *counters) countProc(prog, proc uint32) {
+	switch prog {
+	case progNFS:
+		m.nfs[proc].Add(1)
+	case progMount:
+		m.mount[proc].Add(1)
+	}
+}
+
+// Metrics is a snapshot of the server's counters.
+type Metrics struct {
+	Connections     uint64            // accepted since start
+	OpenConnections int64             // open now
+	Requests        uint64            // RPC calls received
+	InFlight        int64             // being handled now
+	GarbageArgs     uint64            // calls answered GARBAGE_ARGS
+	Panics          uint64            // procedures that panicked (answered SYSTEM_ERR)
+	NFSErrors       uint64            // NFS replies with a status other than NFS3_OK
+	BytesRead       uint64            // file data returned by READ
+	BytesWritten    uint64            // file data stored by WRITE
+	Procedures      map[string]uint64 // calls per procedure, e.g. "nfs.READ", "mount.MNT"
+}
+
+// Metrics returns a snapshot of the server's counters.
+func (s *Server) Metrics() Metrics {
+	m := &s.metrics
+	out := Metrics{
+		Connections:     m.conns.Load(),
+		OpenConnections: m.openConns.Load(),
+		Requests:        m.requests.Load(),
+		InFlight:        m.inFlight.Load(),
+		GarbageArgs:     m.garbage.Load(),
+		Panics:          m.panics.Load(),
+		NFSErrors:       m.nfsErrors.Load(),
+		BytesRead:       m.bytesRead.Load(),
+		BytesWritten:    m.bytesWritten.Load(),
+		Procedures:      map[string]uint64{},
+	}
+	for i := range m.nfs {
+		if n := m.nfs[i].Load(); n > 0 {
+			out.Procedures["nfs."+nfsProcs[i].name] = n
+		}
+	}
+	for i := range m.mount {
+		if n := m.mount[i].Load(); n > 0 {
+			out.Procedures["mount."+mountProcs[i].name] = n
+		}
+	}
+	return out
+}
