@@ -1,0 +1,445 @@
+// Package e2e runs the real branchnfs binary as a separate process on a
+// free port and drives it with real NFS clients: go-nfs-client in
+// process, and Debian's libnfs-utils (nfs-cp, nfs-cat, nfs-ls) as
+// subprocesses.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/nfsserver/control"
+	nfs "github.com/willscott/go-nfs-client/nfs"
+	"github.com/willscott/go-nfs-client/nfs/rpc"
+	"github.com/willscott/go-nfs-client/nfs/xdr"
+)
+
+var (
+	binPath    string // the branchnfs binary under test
+	haveLibnfs bool   // nfs-cp, nfs-cat and nfs-ls are installed
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bnfs-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "branchnfs")
+	build := exec.Command("go", "build", "-o", binPath, "github.com/branchnfs/branchnfs/cmd/branchnfs")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building branchnfs:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	haveLibnfs = true
+	for _, tool := range []string{"nfs-cp", "nfs-cat", "nfs-ls"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			haveLibnfs = false
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// needLibnfs skips the calling subtest when libnfs-utils is missing, except
+// under CI, where it must be installed (scripts/test.sh does).
+func needLibnfs(t *testing.T) {
+	t.Helper()
+	if haveLibnfs {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("nfs-cp/nfs-cat/nfs-ls not found: libnfs-utils must be installed in CI (apt-get install libnfs-utils)")
+	}
+	t.Skip("libnfs-utils is not installed (nfs-cp missing): apt-get install libnfs-utils to run this part")
+}
+
+// newStore returns a fresh store directory with a path short enough for
+// the control socket.
+func newStore(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "bnfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return filepath.Join(d, "store")
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// server is one `branchnfs serve` process.
+type server struct {
+	store string
+	port  int
+	cmd   *exec.Cmd
+	out   *syncBuffer
+	done  chan struct{}
+	err   error // of Wait, once done is closed
+}
+
+// startServer starts `branchnfs serve` on store and waits until its
+// control API answers. port 0 picks a free port.
+func startServer(t *testing.T, store string, port int, extra ...string) *server {
+	t.Helper()
+	args := append([]string{"serve", "--store", store, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
+	s := &server{store: store, out: &syncBuffer{}, done: make(chan struct{})}
+	s.cmd = exec.Command(binPath, args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { s.err = s.cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-s.done:
+		default:
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+		if t.Failed() {
+			t.Logf("server output (%s):\n%s", strings.Join(args, " "), s.out.String())
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-s.done:
+			t.Fatalf("branchnfs serve exited: %v\n%s", s.err, s.out.String())
+		default:
+		}
+		c, st, err := control.Dial(context.Background(), control.SocketPath(store), time.Second)
+		if err == nil {
+			c.Close()
+			if port != 0 && st.Port != port {
+				t.Fatalf("server listens on %d, want %d", st.Port, port)
+			}
+			s.port = st.Port
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("branchnfs serve did not answer within 60 s: %v\n%s", err, s.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *server) stop(t *testing.T) {
+	t.Helper()
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	<-s.done
+	if s.err != nil {
+		t.Fatalf("branchnfs serve after SIGTERM: %v\n%s", s.err, s.out.String())
+	}
+}
+
+// kill sends SIGKILL and waits for the process to die.
+func (s *server) kill(t *testing.T) {
+	t.Helper()
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+}
+
+// cli runs the branchnfs binary with --store.
+func cli(t *testing.T, store string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(binPath, append(args, "--store", store)...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("branchnfs %s: %v", strings.Join(args, " "), err)
+		}
+		code = ee.ExitCode()
+	}
+	t.Logf("branchnfs %s -> %d %s%s", strings.Join(args, " "), code, o.String(), e.String())
+	return code, o.String(), e.String()
+}
+
+// mustCLI runs the binary and fails the test unless it exits 0.
+func mustCLI(t *testing.T, store string, args ...string) string {
+	t.Helper()
+	code, out, errOut := cli(t, store, args...)
+	if code != 0 {
+		t.Fatalf("branchnfs %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	return out
+}
+
+// listBranches returns `branchnfs list --json --all` by name.
+func listBranches(t *testing.T, store string) map[string]branches.Info {
+	t.Helper()
+	out := mustCLI(t, store, "list", "--json", "--all")
+	var infos []branches.Info
+	if err := json.Unmarshal([]byte(out), &infos); err != nil {
+		t.Fatalf("list --json: %v\n%s", err, out)
+	}
+	m := map[string]branches.Info{}
+	for _, in := range infos {
+		m[in.Name] = in
+	}
+	return m
+}
+
+// NFS client helpers (go-nfs-client).
+
+var auth = rpc.NewAuthUnix("e2e", 0, 0).Auth()
+
+// conn is one TCP connection to the server, shared by the mounts made on
+// it. go-nfs-client reconnects by itself when the server restarts.
+type conn struct {
+	c *rpc.Client
+}
+
+func dial(t *testing.T, port int) *conn {
+	t.Helper()
+	c, err := nfs.DialServiceAtPort("127.0.0.1", port)
+	if err != nil {
+		t.Fatalf("dial 127.0.0.1:%d: %v", port, err)
+	}
+	t.Cleanup(c.Close)
+	return &conn{c: c}
+}
+
+// mntError is a MOUNT status other than MNT3_OK.
+type mntError uint32
+
+func (e mntError) Error() string { return fmt.Sprintf("MNT3 status %d", uint32(e)) }
+
+// mnt sends MOUNT MNT for export and returns the root handle.
+func (c *conn) mnt(export string) ([]byte, error) {
+	type mountArgs struct {
+		rpc.Header
+		Dirpath string
+	}
+	res, err := c.c.Call(&mountArgs{rpc.Header{Rpcvers: 2, Prog: nfs.MountProg, Vers: nfs.MountVers,
+		Proc: nfs.MountProc3MNT, Cred: auth, Verf: rpc.AuthNull}, export})
+	if err != nil {
+		return nil, err
+	}
+	stat, err := xdr.ReadUint32(res)
+	if err != nil {
+		return nil, err
+	}
+	if stat != nfs.MNT3Ok {
+		return nil, mntError(stat)
+	}
+	return xdr.ReadOpaque(res)
+}
+
+// target returns a go-nfs-client target rooted at handle fh.
+func (c *conn) target(t *testing.T, fh []byte) *nfs.Target {
+	t.Helper()
+	tg, err := nfs.NewTargetWithClient(c.c, auth, fh, "/", 0)
+	if err != nil {
+		t.Fatalf("target: %v", err)
+	}
+	return tg
+}
+
+// mount mounts export and returns its target and root handle.
+func (c *conn) mount(t *testing.T, export string) (*nfs.Target, []byte) {
+	t.Helper()
+	fh, err := c.mnt(export)
+	if err != nil {
+		t.Fatalf("MNT %s: %v", export, err)
+	}
+	return c.target(t, fh), fh
+}
+
+// nfsStatus extracts the NFS3 status of a go-nfs-client error.
+func nfsStatus(err error) uint32 {
+	var ne *nfs.Error
+	switch {
+	case err == nil:
+		return nfs.NFS3Ok
+	case errors.As(err, &ne):
+		return ne.ErrorNum
+	case errors.Is(err, os.ErrNotExist):
+		return nfs.NFS3ErrNoEnt
+	case errors.Is(err, os.ErrExist):
+		return nfs.NFS3ErrExist
+	case errors.Is(err, os.ErrPermission):
+		return nfs.NFS3ErrPerm
+	}
+	return 1 << 31 // not an NFS status
+}
+
+func wantStatus(t *testing.T, what string, err error, want uint32) {
+	t.Helper()
+	if got := nfsStatus(err); got != want {
+		t.Fatalf("%s: got %v (status %d), want NFS3 status %d", what, err, got, want)
+	}
+}
+
+// writeFile creates (or opens) path and writes data with FILE_SYNC writes;
+// when it returns, the server has acknowledged the data.
+func writeFile(t *testing.T, tg *nfs.Target, path string, data []byte) []byte {
+	t.Helper()
+	f, err := tg.OpenFile(path, 0o644)
+	if err != nil {
+		t.Fatalf("open %s for writing: %v", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("commit %s: %v", path, err)
+	}
+	_, fh, err := tg.Lookup(path)
+	if err != nil {
+		t.Fatalf("lookup %s: %v", path, err)
+	}
+	return fh
+}
+
+func readFile(tg *nfs.Target, path string) ([]byte, error) {
+	f, err := tg.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+func mustRead(t *testing.T, tg *nfs.Target, path string) []byte {
+	t.Helper()
+	b, err := readFile(tg, path)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return b
+}
+
+// readFH reads a whole file by handle with raw READ calls.
+func (c *conn) readFH(fh []byte) ([]byte, error) {
+	type readArgs struct {
+		rpc.Header
+		FH     []byte
+		Offset uint64
+		Count  uint32
+	}
+	type readRes struct {
+		Attr  nfs.PostOpAttr
+		Count uint32
+		EOF   uint32
+	}
+	var out []byte
+	for {
+		res, err := c.c.Call(&readArgs{rpc.Header{Rpcvers: 2, Prog: nfs.Nfs3Prog, Vers: nfs.Nfs3Vers,
+			Proc: nfs.NFSProc3Read, Cred: auth, Verf: rpc.AuthNull}, fh, uint64(len(out)), 1 << 20})
+		if err != nil {
+			return nil, err
+		}
+		stat, err := xdr.ReadUint32(res)
+		if err != nil {
+			return nil, err
+		}
+		if err := nfs.NFS3Error(stat); err != nil {
+			return nil, err
+		}
+		var rr readRes
+		if err := xdr.Read(res, &rr); err != nil {
+			return nil, err
+		}
+		data, err := xdr.ReadOpaque(res)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, data...)
+		if rr.EOF != 0 || len(data) == 0 {
+			return out, nil
+		}
+	}
+}
+
+// writeFH writes data at offset 0 of a file by handle (FILE_SYNC).
+func (c *conn) writeFH(fh, data []byte) error {
+	type writeArgs struct {
+		rpc.Header
+		FH       []byte
+		Offset   uint64
+		Count    uint32
+		How      uint32
+		Contents []byte
+	}
+	res, err := c.c.Call(&writeArgs{rpc.Header{Rpcvers: 2, Prog: nfs.Nfs3Prog, Vers: nfs.Nfs3Vers,
+		Proc: nfs.NFSProc3Write, Cred: auth, Verf: rpc.AuthNull}, fh, 0, uint32(len(data)), 2, data})
+	if err != nil {
+		return err
+	}
+	stat, err := xdr.ReadUint32(res)
+	if err != nil {
+		return err
+	}
+	return nfs.NFS3Error(stat)
+}
+
+// getattr returns the attributes of a handle.
+func (c *conn) getattr(tg *nfs.Target, fh []byte) (*nfs.Fattr, error) { return tg.GetAttr(fh) }
+
+// libnfs helpers.
+
+func nfsURL(port int, path string) string {
+	return fmt.Sprintf("nfs://127.0.0.1%s?nfsport=%d&mountport=%d&version=3&auto-traverse-mounts=0&autoreconnect=0", path, port, port)
+}
+
+// libnfs runs one of nfs-cp, nfs-cat, nfs-ls.
+func libnfs(t *testing.T, tool string, args ...string) (out string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tool, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(e.String()))
+	}
+	return o.String(), err
+}
+
+func mustLibnfs(t *testing.T, tool string, args ...string) string {
+	t.Helper()
+	out, err := libnfs(t, tool, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
