@@ -287,8 +287,13 @@ func bootGuest(t *testing.T, img *guestImage, helper, script string, env map[str
 				}
 				if act == nil {
 					reply = fmt.Sprintf("ERR %s no such host action", strings.Join(f[1:], " "))
-				} else if err := act(f[2:]); err != nil {
-					reply = fmt.Sprintf("ERR %s %s", f[1], strings.ReplaceAll(err.Error(), "\n", " | "))
+				} else {
+					t0 := time.Now()
+					err := act(f[2:])
+					t.Logf("host action %q for the guest: %v in %v", strings.Join(f[1:], " "), err, time.Since(t0).Round(time.Millisecond))
+					if err != nil {
+						reply = fmt.Sprintf("ERR %s %s", f[1], strings.ReplaceAll(err.Error(), "\n", " | "))
+					}
 				}
 				if _, err := conn.Write([]byte(reply + "\n")); err != nil {
 					res.err = fmt.Errorf("answer guest: %w", err)

@@ -135,7 +135,7 @@ func runScenario(t *testing.T, name string, srv *nfsServer, img *guestImage, hel
 			case r.pass && known:
 				t.Errorf("passes (%v) but is listed in knownFailures (%q): remove it from the table", r.took.Round(time.Millisecond), reason)
 			case r.pass:
-				t.Logf("PASS in %v", r.took.Round(time.Millisecond))
+				t.Logf("PASS in %v: %s", r.took.Round(time.Millisecond), r.detail)
 			case known:
 				t.Logf("known failure (%s) in %v: %s", reason, r.took.Round(time.Millisecond), r.detail)
 			default:
@@ -197,6 +197,7 @@ func TestKernelBranches(t *testing.T) {
 		"commit": cli("commit"),
 		"abort":  cli("abort"),
 		"stop":   func([]string) error { return srv.stop() },
+		"kill9":  func([]string) error { return srv.kill() },
 		"start":  func([]string) error { return srv.start() },
 	}
 	opts, err := srv.linuxMountOptions("main")

@@ -199,6 +199,22 @@ func (s *nfsServer) stop() error {
 	}
 }
 
+// kill stops the server with SIGKILL, as a crash would.
+func (s *nfsServer) kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return fmt.Errorf("server not running")
+	}
+	cmd, exited := s.cmd, s.exited
+	s.cmd = nil
+	if err := cmd.Process.Kill(); err != nil {
+		return err
+	}
+	<-exited
+	return nil
+}
+
 func (s *nfsServer) logTail(n int) string {
 	b, err := os.ReadFile(s.logPath)
 	if err != nil {
