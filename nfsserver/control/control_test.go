@@ -205,7 +205,7 @@ func TestBadRequests(t *testing.T) {
 	}{
 		{"bad json", "POST", "/v1/branches", "{", 400, CodeBadRequest},
 		{"unknown field", "POST", "/v1/branches", `{"parent":"main","name":"x","bogus":1}`, 400, CodeBadRequest},
-		{"missing name", "POST", "/v1/branches", `{"parent":"main"}`, 400, CodeBadRequest},
+		{"missing name", "POST", "/v1/branches", `{"parent":"main"}`, 400, CodeInvalidName},
 		{"bad name", "POST", "/v1/branches", `{"parent":"main","name":"a b"}`, 400, CodeInvalidName},
 		{"long name", "POST", "/v1/branches", `{"parent":"main","name":"` + strings.Repeat("x", 65) + `"}`, 400, CodeInvalidName},
 		{"slash in name", "POST", "/v1/branches/a%2Fb/commit", "", 400, CodeInvalidName},

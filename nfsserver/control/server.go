@@ -270,7 +270,7 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Parent == "" || req.Name == "" {
-		s.fail(w, r, fmt.Errorf("%w: fork needs \"parent\" and \"name\"", ErrBadRequest))
+		s.fail(w, r, fmt.Errorf("%w: fork needs a non-empty \"parent\" and \"name\"", branches.ErrInvalidName))
 		return
 	}
 	var in branches.Info
