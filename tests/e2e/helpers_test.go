@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -443,3 +444,5 @@ func mustLibnfs(t *testing.T, tool string, args ...string) string {
 	}
 	return out
 }
+
+func sortStrings(s []string) { sort.Strings(s) }
