@@ -2,9 +2,9 @@ package kernel
 
 import (
 	"bytes"
-	"regexp"
 	"os"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 )
