@@ -229,7 +229,7 @@ func renderMarkdown(r *Results) string {
 	// 4. Storage.
 	if len(r.Storage) > 0 {
 		p("## 4. Storage growth on a 32 MiB file (store size after compaction + sync)\n\n")
-		p("| workload | bytes added | MiB added | target | LayerFS | Badger's own size estimate (before → after) | verdict |\n|---|---|---|---|---|---|---|\n")
+		p("| workload | store before | store after | bytes added | MiB added | target | LayerFS | verdict |\n|---|---|---|---|---|---|---|---|\n")
 		for _, s := range r.Storage {
 			tgt, ref := 0.225, "0.225 MiB"
 			if s.Workload == "Prepend" {
@@ -239,7 +239,7 @@ func renderMarkdown(r *Results) string {
 			if !ok {
 				missed = append(missed, fmt.Sprintf("storage %s: %.4f MiB added (target < %g MiB)", s.Workload, s.AddedMiB, tgt))
 			}
-			p("| %s | %d | %.4f | < %g MiB | %s | %d → %d | %s |\n", s.Workload, s.AddedBytes, s.AddedMiB, tgt, ref, s.KVSizeBase, s.KVSizeAfter, verdict(ok))
+			p("| %s | %d | %d | %d | %.4f | < %g MiB | %s | %s |\n", s.Workload, s.BaseBytes, s.AfterBytes, s.AddedBytes, s.AddedMiB, tgt, ref, verdict(ok))
 		}
 		p("\n")
 	}

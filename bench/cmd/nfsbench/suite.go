@@ -120,7 +120,7 @@ func runSuite(args []string) error {
 	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
 	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
 	commit := fs.String("commit", "unknown", "commit id for the result name")
-	sections := fs.String("sections", "branchops,seq,meta,storage,gotest", "comma-separated sections to run")
+	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta (default all; --quick leaves out gotest)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	fs.Parse(args)
 
@@ -141,6 +141,13 @@ func runSuite(args []string) error {
 	start := time.Now()
 	s := &suite{cfg: cfg, tmp: tmp, bnfs: *bnfs, osnfs: *osnfs, log: os.Stderr, sections: map[string]bool{},
 		res: &Results{Date: start.UTC().Format(time.RFC3339), Commit: *commit, Host: host, GoVer: runtime.Version(), CPUs: runtime.NumCPU(), Config: cfg}}
+	if *sections == "" {
+		*sections = "branchops,storage,gotest,seq,meta"
+		if *quick {
+			*sections = "branchops,storage,seq,meta"
+		}
+		s.cfg.Sections, s.res.Config.Sections = *sections, *sections
+	}
 	for _, x := range strings.Split(*sections, ",") {
 		s.sections[strings.TrimSpace(x)] = true
 	}
@@ -239,12 +246,9 @@ func (s *suite) goTestBench() {
 		s.res.Notes = append(s.res.Notes, "package branches has no Benchmark functions yet")
 		return
 	}
-	count, bt := "5", "200x"
-	if s.cfg.Quick {
-		count, bt = "3", "50x"
-	}
+	count, bt := "5", "20x"
 	s.logf("go test -bench in ./branches: %v", names)
-	out, err := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchtime", bt, "-count", count, "./branches/").CombinedOutput()
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "Fork|Commit|Abort", "-benchtime", bt, "-count", count, "./branches/").CombinedOutput()
 	if err != nil {
 		s.fail("go test -bench ./branches", fmt.Errorf("%w: %s", err, tail2(string(out), 15)))
 	}
@@ -513,6 +517,9 @@ func (s *suite) nfsWorkloads() {
 	}
 }
 
+// seq runs the sequential workload with both clients against every peer.
+// Runs are interleaved (run 1 on every peer, then run 2, ...) so that load
+// from elsewhere on the machine spreads over all peers alike.
 func (s *suite) seq(peers []peer) {
 	size := s.cfg.SeqMiB << 20
 	data := workload.Data(1, size)
@@ -525,64 +532,77 @@ func (s *suite) seq(peers []peer) {
 	}
 	defer os.Remove(src)
 	defer os.Remove(back)
-	for _, p := range peers {
-		// Go client.
-		row := seqRow{Server: p.label, Client: fmt.Sprintf("Go (%d KiB req, %d conns x %d in flight)", s.cfg.ReqSize>>10, s.cfg.Conns, s.cfg.Depth)}
-		var w, r []float64
-		for i := 0; i < s.cfg.Runs; i++ {
-			s.logf("seq %s go client run %d", p.label, i+1)
-			res, err := workload.Seq(p.t, data, workload.SeqOptions{Name: "seq.bin", ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth})
-			if err != nil {
-				row.Error = err.Error()
-				s.fail("seq go "+p.label, err)
-				break
-			}
-			w, r = append(w, res.WriteMiBps), append(r, res.ReadMiBps)
-			row.Verified++
-		}
-		row.Write, row.Read = stats.Summarize(w), stats.Summarize(r)
-		s.res.Seq = append(s.res.Seq, row)
-
-		// libnfs nfs-cp.
-		row = seqRow{Server: p.label, Client: "nfs-cp (libnfs)"}
-		w, r = nil, nil
-		for i := 0; i < s.cfg.Runs; i++ {
-			s.logf("seq %s nfs-cp run %d", p.label, i+1)
-			name := fmt.Sprintf("cp%d.bin", i)
-			url := p.srv.url(p.t, name)
-			os.Remove(back)
-			t0 := time.Now()
-			out, err := exec.Command("nfs-cp", src, url).CombinedOutput()
-			wt := time.Since(t0)
-			if err == nil {
-				t0 = time.Now()
-				var out2 []byte
-				out2, err = exec.Command("nfs-cp", url, back).CombinedOutput()
-				out = append(out, out2...)
-			}
-			rt := time.Since(t0)
-			if err != nil {
-				row.Error = fmt.Sprintf("%v: %s", err, strings.TrimSpace(string(out)))
-				s.fail("seq nfs-cp "+p.label, fmt.Errorf("%s", row.Error))
-				break
-			}
-			got, err := fileSHA(back)
-			if err != nil || got != want {
-				row.Error = fmt.Sprintf("checksum mismatch after nfs-cp round trip (err %v)", err)
-				s.fail("seq nfs-cp "+p.label, fmt.Errorf("%s", row.Error))
-				break
-			}
-			row.Verified++
-			mib := float64(size) / (1 << 20)
-			w, r = append(w, mib/wt.Seconds()), append(r, mib/rt.Seconds())
-			if c, err := nfsclient.Dial(p.t); err == nil {
-				c.Remove(c.Root, name)
-				c.Close()
-			}
-		}
-		row.Write, row.Read = stats.Summarize(w), stats.Summarize(r)
-		s.res.Seq = append(s.res.Seq, row)
+	goClient := fmt.Sprintf("Go (%d KiB req, %d conns x %d in flight)", s.cfg.ReqSize>>10, s.cfg.Conns, s.cfg.Depth)
+	type acc struct {
+		row  seqRow
+		w, r []float64
 	}
+	accs := make([][2]*acc, len(peers))
+	for i, p := range peers {
+		accs[i] = [2]*acc{{row: seqRow{Server: p.label, Client: goClient}}, {row: seqRow{Server: p.label, Client: "nfs-cp (libnfs)"}}}
+	}
+	mib := float64(size) / (1 << 20)
+	for run := 0; run < s.cfg.Runs; run++ {
+		for i, p := range peers {
+			if a := accs[i][0]; a.row.Error == "" {
+				s.logf("seq %s go client run %d", p.label, run+1)
+				res, err := workload.Seq(p.t, data, workload.SeqOptions{Name: "seq.bin", ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth})
+				if err != nil {
+					a.row.Error = err.Error()
+					s.fail("seq go "+p.label, err)
+				} else {
+					a.w, a.r = append(a.w, res.WriteMiBps), append(a.r, res.ReadMiBps)
+					a.row.Verified++
+				}
+			}
+			if a := accs[i][1]; a.row.Error == "" {
+				s.logf("seq %s nfs-cp run %d", p.label, run+1)
+				wt, rt, err := s.nfsCp(p, fmt.Sprintf("cp%d.bin", run), src, back, want)
+				if err != nil {
+					a.row.Error = err.Error()
+					s.fail("seq nfs-cp "+p.label, err)
+				} else {
+					a.w, a.r = append(a.w, mib/wt.Seconds()), append(a.r, mib/rt.Seconds())
+					a.row.Verified++
+				}
+			}
+		}
+	}
+	for _, pa := range accs {
+		for _, a := range pa {
+			a.row.Write, a.row.Read = stats.Summarize(a.w), stats.Summarize(a.r)
+			s.res.Seq = append(s.res.Seq, a.row)
+		}
+	}
+}
+
+// nfsCp copies src to the export with nfs-cp and back, checks the digest of
+// the copy, and removes the remote file.
+func (s *suite) nfsCp(p peer, name, src, back string, want [32]byte) (wt, rt time.Duration, err error) {
+	url := p.srv.url(p.t, name)
+	os.Remove(back)
+	t0 := time.Now()
+	out, err := exec.Command("nfs-cp", src, url).CombinedOutput()
+	wt = time.Since(t0)
+	if err == nil {
+		t0 = time.Now()
+		var out2 []byte
+		out2, err = exec.Command("nfs-cp", url, back).CombinedOutput()
+		out = append(out, out2...)
+		rt = time.Since(t0)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+	}
+	got, err := fileSHA(back)
+	if err != nil || got != want {
+		return 0, 0, fmt.Errorf("checksum mismatch after nfs-cp round trip (err %v)", err)
+	}
+	if c, err := nfsclient.Dial(p.t); err == nil {
+		c.Remove(c.Root, name)
+		c.Close()
+	}
+	return wt, rt, nil
 }
 
 func shmDir(fallback string) string {
@@ -607,24 +627,37 @@ func fileSHA(path string) ([32]byte, error) {
 	return sum, nil
 }
 
+// meta runs the metadata workload, interleaving runs across peers.
 func (s *suite) meta(peers []peer) {
+	type acc struct {
+		row            metaRow
+		cr, st, ls, rm []float64
+	}
+	var accs []*acc
+	var ps []peer
 	for _, p := range peers {
-		if !p.meta {
-			continue
+		if p.meta {
+			accs, ps = append(accs, &acc{row: metaRow{Server: p.label}}), append(ps, p)
 		}
-		row := metaRow{Server: p.label}
-		var cr, st, ls, rm []float64
-		for i := 0; i < s.cfg.Runs; i++ {
-			s.logf("meta %s run %d", p.label, i+1)
-			res, err := workload.Meta(p.t, workload.MetaOptions{Dir: fmt.Sprintf("meta%d", i), Files: s.cfg.MetaFiles, FileSize: 1024, Workers: s.cfg.MetaWorkers})
-			if err != nil {
-				row.Error = err.Error()
-				s.fail("meta "+p.label, err)
-				break
+	}
+	for run := 0; run < s.cfg.Runs; run++ {
+		for i, p := range ps {
+			a := accs[i]
+			if a.row.Error != "" {
+				continue
 			}
-			cr, st, ls, rm = append(cr, res.CreateOps), append(st, res.StatOps), append(ls, res.ListOps), append(rm, res.RemoveOps)
+			s.logf("meta %s run %d", p.label, run+1)
+			res, err := workload.Meta(p.t, workload.MetaOptions{Dir: fmt.Sprintf("meta%d", run), Files: s.cfg.MetaFiles, FileSize: 1024, Workers: s.cfg.MetaWorkers})
+			if err != nil {
+				a.row.Error = err.Error()
+				s.fail("meta "+p.label, err)
+				continue
+			}
+			a.cr, a.st, a.ls, a.rm = append(a.cr, res.CreateOps), append(a.st, res.StatOps), append(a.ls, res.ListOps), append(a.rm, res.RemoveOps)
 		}
-		row.Create, row.Stat, row.List, row.Remove = stats.Summarize(cr), stats.Summarize(st), stats.Summarize(ls), stats.Summarize(rm)
-		s.res.Meta = append(s.res.Meta, row)
+	}
+	for _, a := range accs {
+		a.row.Create, a.row.Stat, a.row.List, a.row.Remove = stats.Summarize(a.cr), stats.Summarize(a.st), stats.Summarize(a.ls), stats.Summarize(a.rm)
+		s.res.Meta = append(s.res.Meta, a.row)
 	}
 }
