@@ -47,6 +47,7 @@ abort_mounted() {
 	expect_err "Stale file handle" ls /mnt/ab
 	expect_err "Stale file handle" cat /mnt/ab/base.txt
 	expect_err "Stale file handle" touch /mnt/ab/new
+	expect_eq "$(ls /mnt/all | tr '\n' ' ')" "f1 f2 main " "branches under / after abort"
 }
 
 commit_fork() {
@@ -104,11 +105,29 @@ during
 after" "open.txt after kill -9"
 }
 
+# The export / shows every live branch as a top-level directory.
+root_export() {
+	nfsmount / /mnt/all actimeo=0 || fail "mount /"
+	expect_eq "$(ls /mnt/all | tr '\n' ' ')" "ab f1 f2 main " "branches under /"
+	expect_eq "$(cat /mnt/all/f1/hello.txt)" from-f1 "f1/hello.txt through /"
+	expect_eq "$(cat /mnt/all/main/base.txt)" base "main/base.txt through /"
+	echo via-root > /mnt/all/f2/via-root.txt || fail "write through /"
+	expect_eq "$(cat /mnt/f2/via-root.txt)" via-root "f2/via-root.txt through the f2 mount"
+	# Tools that compare st_dev/st_ino (cp -a, tar, du, find) must not take
+	# one branch's copy of a file for another's.
+	p1=$(stat -c %d:%i /mnt/all/f1/base.txt)
+	p2=$(stat -c %d:%i /mnt/all/f2/base.txt)
+	p3=$(stat -c %d:%i /mnt/all/main/base.txt)
+	echo "st_dev:st_ino of base.txt under /: f1 $p1, f2 $p2, main $p3"
+	[ "$p1" != "$p2" ] && [ "$p1" != "$p3" ] && [ "$p2" != "$p3" ] || fail "base.txt of f1, f2 and main share st_dev:st_ino: $p1 $p2 $p3"
+}
+
 step mount_main mount_main
 step fork_and_mount fork_and_mount
 step distinct_devices distinct_devices
 step write_in_fork write_in_fork
 step fork_isolation fork_isolation
+step root_export root_export
 step abort_mounted abort_mounted
 step commit_fork commit_fork
 step sibling_stale sibling_stale
