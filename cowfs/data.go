@@ -58,8 +58,8 @@ var trackMu sync.Mutex
 func ReferencedHashes(tx kv.Txn, l LayerID, fn func(h []byte)) error {
 	pfx := append(layerPrefix(l), kindData)
 	return tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
-		if len(v) == 33 && v[0] == refHash {
-			fn(v[1:])
+		if len(v) >= 33 && (v[0] == refHash || v[0] == refPatch) {
+			fn(v[1:33])
 		}
 		return true, nil
 	})
@@ -180,6 +180,15 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 			return err
 		}
 		data = v
+	case r.ref[0] == refPatch && len(r.ref) >= 33:
+		v, err := br.tx.Get(contentKey(r.ref[1:33]))
+		if err != nil {
+			return err
+		}
+		if err := applyPatches(v, r.ref[33:]); err != nil {
+			return err
+		}
+		data = v
 	default:
 		return errCorrupt
 	}
@@ -258,6 +267,53 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		return nil
 	})
 	return n, eof, wrap("read", "", err)
+}
+
+// applyPatches applies the edits of a patch reference to data in place.
+func applyPatches(data, p []byte) error {
+	for len(p) > 0 {
+		if len(p) < 8 {
+			return errCorrupt
+		}
+		off, n := binary.BigEndian.Uint32(p), binary.BigEndian.Uint32(p[4:])
+		p = p[8:]
+		if uint64(len(p)) < uint64(n) || uint64(off)+uint64(n) > uint64(len(data)) {
+			return errCorrupt
+		}
+		copy(data[off:], p[:n])
+		p = p[n:]
+	}
+	return nil
+}
+
+// patchRef returns a patch reference that applies edit at off over the
+// block old refers to, if old is content-addressed, fully visible, and the
+// edits stay small; nil otherwise.
+func (f *FS) patchRef(old resolved, off uint64, edit []byte) []byte {
+	if old.limit != f.bs || len(old.ref) < 33 {
+		return nil
+	}
+	var prev []byte
+	switch old.ref[0] {
+	case refHash:
+		if len(old.ref) != 33 {
+			return nil
+		}
+	case refPatch:
+		prev = old.ref[33:]
+	default:
+		return nil
+	}
+	if len(prev)+8+len(edit) > maxPatchBytes {
+		return nil
+	}
+	ref := make([]byte, 0, 33+len(prev)+8+len(edit))
+	ref = append(ref, refPatch)
+	ref = append(ref, old.ref[1:33]...)
+	ref = append(ref, prev...)
+	ref = binary.BigEndian.AppendUint32(ref, uint32(off))
+	ref = binary.BigEndian.AppendUint32(ref, uint32(len(edit)))
+	return append(ref, edit...)
 }
 
 // blockRef returns the reference of data and, for content-addressed
@@ -407,7 +463,19 @@ func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize u
 					return nil, err
 				}
 			}
-			if r, ok := old[idx]; ok {
+			r, ok := old[idx]
+			if ok && n.Size >= base+blen {
+				// The block keeps its length: a small edit of a stored
+				// block becomes a patch reference.
+				if ref := f.patchRef(r, lo-base, p[lo-off:hi-off]); ref != nil {
+					if err := tx.Set(dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
+						return nil, err
+					}
+					hashes = append(hashes, ref[1:33])
+					continue
+				}
+			}
+			if ok {
 				if err := br.content(r, buf); err != nil {
 					return nil, err
 				}

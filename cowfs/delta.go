@@ -83,6 +83,8 @@ func (d *delta) dataBytes(tx kv.Txn, f *FS, ino InodeID) (int64, error) {
 				total += int64(len(v) - 1)
 			case len(v) > 0 && v[0] == refHash:
 				total += int64(f.bs)
+			case len(v) > 33 && v[0] == refPatch:
+				total += patchBytes(v[33:])
 			}
 			return true, nil
 		})
@@ -114,6 +116,8 @@ func DeltaBytes(ctx context.Context, f *FS, stack []LayerID, base LayerID) (int6
 					total += int64(len(v) - 1)
 				case len(v) > 0 && v[0] == refHash:
 					total += int64(f.bs)
+				case len(v) > 33 && v[0] == refPatch:
+					total += patchBytes(v[33:])
 				}
 				return true, nil
 			})
@@ -277,4 +281,18 @@ func (f *FS) pathInTx(tx kv.Txn, st state, ino InodeID) (string, error) {
 		parts[i], parts[j] = parts[j], parts[i]
 	}
 	return path.Join(parts...), nil
+}
+
+// patchBytes sums the edited bytes of a patch reference's edits.
+func patchBytes(p []byte) int64 {
+	var n int64
+	for len(p) >= 8 {
+		l := binary.BigEndian.Uint32(p[4:])
+		n += int64(l)
+		if uint64(len(p)) < 8+uint64(l) {
+			break
+		}
+		p = p[8+l:]
+	}
+	return n
 }

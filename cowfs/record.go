@@ -170,4 +170,11 @@ const (
 	refHash   = 1
 	refInline = 2
 	refZero   = 3
+	// refPatch: a content-addressed base block plus small in-place edits,
+	// so a 10-byte write into an inherited block stores ~50 bytes, not a
+	// block: refPatch, hash(32), then (offset u32, length u32, bytes)...
+	refPatch = 4
+	// maxPatchBytes bounds the edits a patch reference carries; beyond it
+	// the block is stored whole.
+	maxPatchBytes = 1024
 )
