@@ -63,7 +63,7 @@ func (o *Options) EnsureDefaults() {
 //	'K' id(8) label      checkpoint (JSON)
 //	'S'                  32-byte handle secret
 func branchKey(id BranchID) []byte { return binary.BigEndian.AppendUint64([]byte{'B'}, uint64(id)) }
-func nameKey(name string) []byte  { return append([]byte{'N'}, name...) }
+func nameKey(name string) []byte   { return append([]byte{'N'}, name...) }
 func cpPrefix(id BranchID) []byte  { return binary.BigEndian.AppendUint64([]byte{'K'}, uint64(id)) }
 func cpKey(id BranchID, label string) []byte {
 	return append(cpPrefix(id), label...)
@@ -100,11 +100,11 @@ type branch struct {
 
 // Manager owns the branches of one store. It is safe for concurrent use.
 type Manager struct {
-	store   kv.Store        // read only
+	store   kv.Store         // read only
 	alloc   *cowfs.Allocator // read only
-	opts    Options         // read only
-	tracker *cowfs.Tracker  // read only
-	secret  []byte          // read only
+	opts    Options          // read only
+	tracker *cowfs.Tracker   // read only
+	secret  []byte           // read only
 
 	// opMu serialises lifecycle operations (fork, commit, ...).
 	opMu sync.Mutex

@@ -185,10 +185,16 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 		if err != nil {
 			return err
 		}
-		if err := applyPatches(v, r.ref[33:]); err != nil {
+		// The base may be shorter than the block (the file grew past it
+		// later): edits land in the zero-filled rest of dst.
+		copy(dst, v)
+		if err := applyPatches(dst, r.ref[33:]); err != nil {
 			return err
 		}
-		data = v
+		if r.limit < uint64(len(dst)) {
+			clear(dst[r.limit:])
+		}
+		return nil
 	default:
 		return errCorrupt
 	}

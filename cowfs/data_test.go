@@ -1,0 +1,70 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestDataAcrossLayers checks reads against a byte-slice model while random
+// writes (small ones become patch references), truncates and new layers
+// interleave.
+func TestDataAcrossLayers(t *testing.T) {
+	seed := uint64(rand.Int64())
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 7))
+	ctx := context.Background()
+	f, st, al := newTestFS(t, Options{BlockSize: 4096, InlineMax: 64})
+	a, err := f.Create(RootIno, "f", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var model []byte
+	for step := 0; step < 600; step++ {
+		switch op := r.IntN(10); {
+		case op < 6:
+			n := 1 + r.IntN(40)
+			if r.IntN(4) == 0 {
+				n = 1 + r.IntN(12000)
+			}
+			off := r.IntN(len(model) + 5000)
+			p := make([]byte, n)
+			for i := range p {
+				p[i] = byte(r.IntN(256))
+			}
+			if _, err := f.WriteAt(a.Ino, p, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			if off+n > len(model) {
+				model = append(model, make([]byte, off+n-len(model))...)
+			}
+			copy(model[off:], p)
+		case op < 8:
+			size := r.IntN(len(model) + 3000)
+			s := uint64(size)
+			if _, err := f.SetAttr(a.Ino, SetAttr{Size: &s}); err != nil {
+				t.Fatal(err)
+			}
+			if size < len(model) {
+				model = model[:size]
+			} else {
+				model = append(model, make([]byte, size-len(model))...)
+			}
+		default:
+			top, err := NewLayerOver(ctx, st, al, f.Top())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.SetTop(top); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := make([]byte, len(model)+100)
+		n, eof, err := f.ReadAt(a.Ino, got, 0)
+		if err != nil || !eof || !bytes.Equal(got[:n], model) {
+			t.Fatalf("step %d: read %d bytes (eof %v, err %v), model has %d; equal=%v",
+				step, n, eof, err, len(model), bytes.Equal(got[:n], model))
+		}
+	}
+}
