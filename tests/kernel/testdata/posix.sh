@@ -209,6 +209,40 @@ t_nonroot_0444_not_writable() {
 	expect_eq "$(cat own0444)" mine "content of own0444"
 }
 
+t_rmdir_nonempty() {
+	cd $W || fail cd
+	mkdir -p ne/sub && echo x > ne/f || fail create
+	expect_err "Directory not empty" rmdir ne
+	rm ne/f && rmdir ne/sub || fail "empty ne"
+	rmdir ne || fail "rmdir of the emptied directory"
+	[ ! -e ne ] || fail "ne still exists"
+}
+
+t_unlink_open_file() {
+	cd $W || fail cd
+	echo keep > uo || fail create
+	exec 4<uo || fail "open uo"
+	rm uo || fail "rm uo"
+	[ ! -e uo ] || fail "uo still visible after rm"
+	drop_caches
+	expect_eq "$(cat <&4)" keep "read through the fd of the unlinked file"
+	exec 4<&-
+}
+
+t_nonroot_unlink_denied() {
+	cd $W || fail cd
+	mkdir locked && echo x > locked/f && chmod 0755 locked || fail "create locked"
+	mkdir sticky && chmod 1777 sticky && echo x > sticky/rootfile && chmod 0666 sticky/rootfile || fail "create sticky"
+	expect_err "Permission denied" as_user "rm -f $W/locked/f"
+	expect_err "Permission denied" as_user "echo y > $W/locked/new"
+	as_user "rm -f $W/sticky/rootfile" 2>/dev/null && fail "alice removed root's file from a sticky directory"
+	drop_caches
+	[ -e locked/f ] || fail "locked/f removed"
+	[ ! -e locked/new ] || fail "locked/new created"
+	[ -e sticky/rootfile ] || fail "sticky/rootfile removed"
+	as_user "echo mine > $W/sticky/alicefile && rm $W/sticky/alicefile" || fail "alice cannot remove her own file in the sticky directory"
+}
+
 posix_steps() {
 	step create_write_append_read t_create_write_append_read
 	step mkdir t_mkdir
@@ -225,6 +259,9 @@ posix_steps() {
 	step dd_64mib_md5 t_dd_64mib_md5
 	step nonroot_ownership t_nonroot_ownership
 	step nonroot_0444_not_writable t_nonroot_0444_not_writable
+	step rmdir_nonempty t_rmdir_nonempty
+	step unlink_open_file t_unlink_open_file
+	step nonroot_unlink_denied t_nonroot_unlink_denied
 }
 
 # Oracle: the same steps on the guest's own tmpfs, reported as tmpfs/NAME.
