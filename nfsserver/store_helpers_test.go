@@ -7,6 +7,7 @@ import (
 	nfs "github.com/willscott/go-nfs"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
 )
 
@@ -293,3 +294,5 @@ func (k caller) readdirAll(dir []byte, count uint32, plus bool) []dirent {
 		cookie = ents[len(ents)-1].cookie
 	}
 }
+
+func newAttrForTest() cowfs.NewAttr { return cowfs.NewAttr{Mode: 0o644} }

@@ -1,0 +1,47 @@
+// Package nfsserver serves every live branch of a branch store over NFSv3
+// and MOUNT v3 on one TCP port.
+//
+// # Front-end
+//
+// We run our own ONC RPC front-end rather than go-nfs's server loop, which
+// handles one request per connection at a time. One goroutine per
+// connection reads records (RFC 5531 record marking, fragments reassembled,
+// at most maxRecord bytes; larger records are discarded unread and answered
+// GARBAGE_ARGS) and hands each call to its own goroutine, up to maxInFlight
+// per connection. Replies go out in completion order, each written whole
+// under the connection's write mutex; clients match them by XID. A panic in
+// a procedure is recovered, logged and answered SYSTEM_ERR.
+//
+// # Procedures
+//
+// Every NFSv3 procedure (RFC 1813) and every MOUNT v3 procedure is
+// implemented here over the inode-level API of cowfs.FS. XDR is decoded
+// from the record buffer without copying; a length that claims more bytes
+// than the record holds is GARBAGE_ARGS, so absurd sizes are never
+// allocated. go-nfs supplies the NFS status constants.
+//
+// # Exports and handles
+//
+// "/B" exports branch B; "/" exports a synthetic read-only directory listing
+// every live branch. File handles (handle.go) carry branch id, inode
+// number and generation under an HMAC keyed by the store's secret: they
+// survive renames, copy-on-write and restarts, and cannot be forged into
+// another branch. A handle of a branch that was invalidated, committed or
+// aborted, or of a deleted inode, answers NFS3ERR_STALE.
+//
+// # Identity and permissions
+//
+// AUTH_UNIX credentials are checked against POSIX mode bits on every
+// operation (perm.go); AUTH_NULL callers are Options.AnonUID/AnonGID. cowfs
+// checks nothing itself.
+//
+// # Errors
+//
+// nfsStatus (errors.go) is the one place where errors become NFS status
+// codes.
+//
+// # Concurrency
+//
+// A Server is safe for concurrent use; procedures run concurrently and rely
+// on cowfs for the atomicity of each operation.
+package nfsserver
