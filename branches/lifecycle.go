@@ -493,6 +493,9 @@ func (m *Manager) Restore(ctx context.Context, name, label string) error {
 
 // Diff lists what branch name changed since its fork point.
 func (m *Manager) Diff(ctx context.Context, name string) (Diff, error) {
+	// Folding and reclamation rewrite layers: keep them out while reading.
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
 	b, err := m.live(name)
 	if err != nil {
 		return Diff{}, err

@@ -36,6 +36,9 @@ type Options struct {
 	// ReclaimDelay is how long after an abort or commit the background
 	// reclaimer runs (default 2s); negative disables it.
 	ReclaimDelay time.Duration
+	// FoldDepth: stacks deeper than this are folded in the background
+	// (default 8).
+	FoldDepth int
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 	// RootUID and RootGID own main's root directory when it is created.
@@ -52,6 +55,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.FoldDepth <= 0 {
+		o.FoldDepth = 8
 	}
 	o.FS.EnsureDefaults()
 }

@@ -37,8 +37,19 @@ func (m *Manager) reclaimLoop(ctx context.Context) {
 			return
 		case <-time.After(m.opts.ReclaimDelay):
 		}
+		// Reclaim first: garbage layers count as referrers when folding.
 		if _, err := m.Reclaim(ctx); err != nil && ctx.Err() == nil {
 			m.opts.Logger.Warn("branches: reclaim failed", "err", err)
+			continue
+		}
+		n, err := m.Fold(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.opts.Logger.Warn("branches: fold failed", "err", err)
+		}
+		if n > 0 {
+			if _, err := m.Reclaim(ctx); err != nil && ctx.Err() == nil {
+				m.opts.Logger.Warn("branches: reclaim failed", "err", err)
+			}
 		}
 	}
 }

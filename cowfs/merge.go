@@ -168,13 +168,26 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 	}
 	for i := 0; i < len(writes); i += 2000 {
 		j := min(i+2000, len(writes))
-		err := child.store.Update(ctx, func(tx kv.Txn) error {
-			for _, w := range writes[i:j] {
-				if err := tx.Set(w.k, w.v); err != nil {
-					return err
-				}
+		var hashes [][]byte
+		for _, w := range writes[i:j] {
+			if len(w.k) == 33 && w.k[0] == pfxContent {
+				hashes = append(hashes, w.k[1:])
 			}
-			return nil
+		}
+		// Content written here must survive a concurrent block sweep.
+		err := f.opts.Tracker.commitWith(func(record func([][]byte)) error {
+			err := child.store.Update(ctx, func(tx kv.Txn) error {
+				for _, w := range writes[i:j] {
+					if err := tx.Set(w.k, w.v); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err == nil {
+				record(hashes)
+			}
+			return err
 		})
 		if err != nil {
 			return nil, err

@@ -1,0 +1,193 @@
+package branches
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"slices"
+
+	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Folding keeps stacks shallow. Every fork of a written parent and every
+// merge adds a layer, so a branch used for many fork/commit rounds grows a
+// deep stack, and directory lookups probe more layers. Fold picks a frozen
+// layer x whose lower neighbour y is referenced by x alone, copies x down
+// into y (cowfs.FoldDown), re-points every reference to x at y in one
+// transaction, and drops x from the views' stacks; the reclaimer deletes x.
+
+// Fold folds until no branch's stack is deeper than Options.FoldDepth, and
+// returns how many layers it folded.
+func (m *Manager) Fold(ctx context.Context) (int, error) {
+	folded := 0
+	for ctx.Err() == nil {
+		ok, err := m.foldOne(ctx)
+		if err != nil || !ok {
+			return folded, err
+		}
+		folded++
+	}
+	return folded, ctx.Err()
+}
+
+func (m *Manager) foldOne(ctx context.Context) (bool, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	x, y, ok, err := m.foldCandidate(ctx)
+	if err != nil || !ok {
+		return false, err
+	}
+	m.mu.RLock()
+	var any *cowfs.FS
+	var holders []*branch
+	for _, b := range m.byName {
+		if any == nil {
+			any = b.fs
+		}
+		if slices.Contains(b.fs.Stack(), x) {
+			holders = append(holders, b)
+		}
+	}
+	m.mu.RUnlock()
+	if err := cowfs.FoldDown(ctx, any, x, y); err != nil {
+		return false, err
+	}
+	// Re-point every reference to x at y, atomically.
+	var recs []record
+	m.mu.RLock()
+	for _, b := range m.byID {
+		r := b.rec
+		if r.State != StateLive && r.State != StateInvalidated {
+			continue
+		}
+		if r.Base == x || r.ParentTop == x || r.Top == x {
+			if r.Base == x {
+				r.Base = y
+			}
+			if r.ParentTop == x {
+				r.ParentTop = y
+			}
+			if r.Top == x {
+				r.Top = y
+			}
+			recs = append(recs, r)
+		}
+	}
+	m.mu.RUnlock()
+	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		var above []cowfs.LayerID
+		err := tx.Iterate([]byte{'L'}, nil, false, func(k, v []byte) (bool, error) {
+			if len(v) >= 8 && cowfs.LayerID(binary.BigEndian.Uint64(v)) == x {
+				above = append(above, cowfs.LayerID(binary.BigEndian.Uint64(k[1:])))
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, l := range above {
+			if err := cowfs.PutLayer(tx, l, y); err != nil {
+				return err
+			}
+		}
+		type cpw struct{ k, v []byte }
+		var cps []cpw
+		err = tx.Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
+			var cp checkpointRec
+			if err := json.Unmarshal(v, &cp); err != nil {
+				return false, err
+			}
+			if cp.Layer == x {
+				cp.Layer = y
+				nv, _ := json.Marshal(cp)
+				cps = append(cps, cpw{append([]byte(nil), k...), nv})
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, c := range cps {
+			if err := tx.Set(c.k, c.v); err != nil {
+				return err
+			}
+		}
+		for _, r := range recs {
+			if err := putRecord(tx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return false, mapErr(err)
+	}
+	for _, b := range holders {
+		b.fs.Lock()
+		st := b.fs.StackLocked()
+		if i := slices.Index(st, x); i >= 0 {
+			b.fs.SetStackLocked(slices.Delete(st, i, i+1))
+		}
+		b.fs.Unlock()
+	}
+	m.mu.Lock()
+	for _, r := range recs {
+		if b, ok := m.byID[r.ID]; ok {
+			b.rec = r
+		}
+	}
+	m.mu.Unlock()
+	return true, nil
+}
+
+// foldCandidate finds a frozen layer x, in a stack deeper than FoldDepth,
+// whose lower neighbour y is referenced by x alone. Caller holds opMu.
+func (m *Manager) foldCandidate(ctx context.Context) (x, y cowfs.LayerID, ok bool, err error) {
+	refs := map[cowfs.LayerID]int{}
+	pinned := map[cowfs.LayerID]bool{} // checkpoints and tops are never folded away
+	m.mu.RLock()
+	var stacks [][]cowfs.LayerID
+	for _, b := range m.byName {
+		pinned[b.rec.Top] = true
+		refs[b.rec.Top]++
+		if st := b.fs.Stack(); len(st) > m.opts.FoldDepth {
+			stacks = append(stacks, st)
+		}
+	}
+	m.mu.RUnlock()
+	if len(stacks) == 0 {
+		return 0, 0, false, nil
+	}
+	err = m.store.View(ctx, func(tx kv.Txn) error {
+		err := tx.Iterate([]byte{'L'}, nil, false, func(k, v []byte) (bool, error) {
+			if len(v) >= 8 {
+				refs[cowfs.LayerID(binary.BigEndian.Uint64(v))]++
+			}
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		return tx.Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
+			var cp checkpointRec
+			if err := json.Unmarshal(v, &cp); err != nil {
+				return false, err
+			}
+			pinned[cp.Layer] = true
+			refs[cp.Layer]++
+			return true, nil
+		})
+	})
+	if err != nil {
+		return 0, 0, false, err
+	}
+	for _, st := range stacks {
+		for i := 1; i+1 < len(st); i++ {
+			if refs[st[i+1]] == 1 && !pinned[st[i+1]] {
+				return st[i], st[i+1], true, nil
+			}
+		}
+	}
+	return 0, 0, false, nil
+}

@@ -1,0 +1,159 @@
+package cowfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// FoldDown copies frozen layer x into the layer y right below it, so that
+// x can then be dropped from every stack (the caller re-points whatever
+// referenced x to y and lets the reclaimer delete x). y must have no
+// referrer but x: nobody reads y except through x, and x's records already
+// shadow y's, so readers see the same tree during and after the copy.
+//
+// x's records override y's; an inode record of x hides y's data beyond its
+// Cut (y's blocks there are dropped, a straddling block trimmed), and the
+// folded record's Cut is the smaller of both. Whiteouts over a bottom layer
+// become plain deletions.
+func FoldDown(ctx context.Context, f *FS, x, y LayerID) error {
+	var yBelow LayerID
+	if err := f.store.View(ctx, func(tx kv.Txn) error {
+		var err error
+		yBelow, err = Below(tx, y)
+		return err
+	}); err != nil {
+		return err
+	}
+	// Inode records first: folding one drops y's blocks it hides, which
+	// must happen before x's own blocks land in y.
+	for _, kind := range []byte{kindInode, kindEntry, kindData} {
+		if err := f.foldKind(ctx, x, y, yBelow, kind); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *FS) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) error {
+	pfx := layerPrefix(x)
+	scan := append(layerPrefix(x), kind)
+	var start []byte
+	for {
+		type kvp struct{ k, v []byte }
+		var batch []kvp
+		err := f.store.View(ctx, func(tx kv.Txn) error {
+			batch = batch[:0]
+			return tx.Iterate(scan, start, false, func(k, v []byte) (bool, error) {
+				batch = append(batch, kvp{append([]byte(nil), k...), append([]byte(nil), v...)})
+				return len(batch) < 512, nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		err = f.store.Update(ctx, func(tx kv.Txn) error {
+			for _, e := range batch {
+				rest := e.k[len(pfx):]
+				yk := append(layerPrefix(y), rest...)
+				switch {
+				case len(rest) == 9 && rest[0] == kindInode:
+					ino := InodeID(binary.BigEndian.Uint64(rest[1:]))
+					if err := f.foldInode(tx, ino, e.v, y); err != nil {
+						return err
+					}
+				case len(rest) == 17 && rest[0] == kindEntry:
+					if yBelow == 0 && len(e.v) >= 8 && binary.BigEndian.Uint64(e.v) == 0 {
+						if err := tx.Delete(yk); err != nil && !errors.Is(err, kv.ErrNotFound) {
+							return err
+						}
+						continue
+					}
+					if err := tx.Set(yk, e.v); err != nil {
+						return err
+					}
+				default:
+					if err := tx.Set(yk, e.v); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		start = append(batch[len(batch)-1].k, 0)
+	}
+}
+
+// foldInode writes x's record of ino (encoded v) into y, dropping y's data
+// that x's record hides.
+func (f *FS) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID) error {
+	xn, err := decodeInode(ino, v)
+	if err != nil {
+		return err
+	}
+	yv, err := tx.Get(inodeKey(y, ino))
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		return tx.Set(inodeKey(y, ino), v)
+	case err != nil:
+		return err
+	}
+	yn, err := decodeInode(ino, yv)
+	if err != nil {
+		return err
+	}
+	cut := xn.Cut
+	if xn.Deleted {
+		cut = 0
+	}
+	// y's own blocks at or beyond cut are hidden by x: drop or trim them.
+	first := cut / f.bs
+	var keys [][]byte
+	var trim []byte
+	err = tx.Iterate(dataPrefix(y, ino), dataKey(y, ino, first), false, func(k, v []byte) (bool, error) {
+		idx := binary.BigEndian.Uint64(k[len(k)-8:])
+		if idx == first && cut%f.bs != 0 {
+			trim = append([]byte(nil), v...)
+			return true, nil
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := tx.Delete(k); err != nil {
+			return err
+		}
+	}
+	if trim != nil {
+		br := &blockReader{f: f, tx: tx, ino: ino}
+		buf := make([]byte, f.bs)
+		if err := br.content(resolved{ref: trim, limit: cut % f.bs}, buf); err != nil {
+			return err
+		}
+		ref, _, err := f.storeBlock(tx, buf[:cut%f.bs])
+		if err != nil {
+			return err
+		}
+		if err := tx.Set(dataKey(y, ino, first), ref); err != nil {
+			return err
+		}
+	}
+	if !xn.Deleted && yn.Cut < xn.Cut && !yn.Deleted {
+		xn.Cut = yn.Cut
+	}
+	if yn.Deleted && !xn.Deleted {
+		xn.Cut = 0
+	}
+	return tx.Set(inodeKey(y, ino), xn.encode())
+}
