@@ -179,6 +179,11 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		return nil
 	})
 	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start))
+	for _, m := range existingMounts(addr.Port) {
+		// Handles survive restarts, so such a mount carries on; say so, as
+		// a mount point left over from a crash is otherwise a mystery.
+		fmt.Fprintf(o.stdout, "existing mount from an earlier run (it reconnects to this server): %s\n", m)
+	}
 
 	// Both servers return when ctx is cancelled (SIGINT/SIGTERM) or when one
 	// of them fails; then close the other one too.

@@ -21,6 +21,8 @@ func runMountCommand(ctx context.Context, args []string, host string, port int, 
 	case os.Geteuid() != 0:
 		hint = fmt.Sprintf("mount -t nfs needs root on Linux: run it with sudo, or add this line to /etc/fstab and run `mount %s` as yourself:\n  %s",
 			dir, fstabLine(host, port, export, dir))
+	case strings.Contains(msg, "No such device"):
+		hint = "the kernel has no NFS client (try `modprobe nfs`; containers usually cannot mount NFS: use libnfs-utils' nfs-ls/nfs-cp instead)"
 	case strings.Contains(msg, "bad option") || strings.Contains(msg, "helper program") || strings.Contains(msg, "unknown filesystem type"):
 		hint = "this system has no NFS client: install nfs-common (Debian/Ubuntu) or nfs-utils (Fedora)"
 	}

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serve --from imports into a new store, prints the mount commands, and
+// `mount --print` finds the server's port; SIGINT stops it cleanly and a
+// later serve --from on the existing store leaves main alone.
+func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "readme.txt"), []byte("imported"), 0o644)
+	os.Symlink("readme.txt", filepath.Join(src, "link"))
+	store := newStore(t)
+	srv := startServer(t, store, 0, "--from", src)
+	c := dial(t, srv.port)
+	mainT, _ := c.mount(t, "/main")
+	if got := mustRead(t, mainT, "/readme.txt"); string(got) != "imported" {
+		t.Fatalf("readme.txt = %q", got)
+	}
+	out := srv.out.String()
+	for _, want := range []string{"imported 1 files, 0 dirs, 1 symlinks", "127.0.0.1:/main", "127.0.0.1:/ ", "control.sock"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("serve output lacks %q:\n%s", want, out)
+		}
+	}
+	mustCLI(t, store, "fork", "main", "b1")
+	got := mustCLI(t, store, "mount", "b1", "/mnt/b1", "--print", "--os", "linux")
+	port := strings.Split(strings.Split(got, "port=")[1], ",")[0]
+	if want := strings.TrimSpace(got); !strings.HasPrefix(want, "mount -t nfs -o vers=3,proto=tcp,port=") || !strings.HasSuffix(want, " 127.0.0.1:/b1 /mnt/b1") || port != itoa(srv.port) {
+		t.Fatalf("mount --print = %q, server port %d", got, srv.port)
+	}
+
+	// SIGINT: clean stop, exit 0, socket gone.
+	srv.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-srv.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve did not stop after SIGINT")
+	}
+	if srv.err != nil {
+		t.Fatalf("serve after SIGINT: %v", srv.err)
+	}
+	if _, err := os.Stat(filepath.Join(store, "control.sock")); !os.IsNotExist(err) {
+		t.Fatalf("control socket left behind: %v", err)
+	}
+
+	// A second serve --from on the existing store does not import again.
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "other.txt"), []byte("x"), 0o644)
+	srv = startServer(t, store, 0, "--from", other)
+	if !strings.Contains(srv.out.String(), "ignoring --from") {
+		t.Fatalf("serve --from on an existing store: %s", srv.out.String())
+	}
+	c = dial(t, srv.port)
+	mainT, _ = c.mount(t, "/main")
+	if _, err := readFile(mainT, "/other.txt"); err == nil {
+		t.Fatal("second --from imported into an existing store")
+	}
+	// While a server runs, a second one on the same store is refused.
+	cmd := exec.Command(binPath, "serve", "--store", store, "--listen", "127.0.0.1:0")
+	b, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 12 || !strings.Contains(string(b), "already serves") {
+		t.Fatalf("second serve: %v %s", err, b)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
