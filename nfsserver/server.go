@@ -89,17 +89,17 @@ type Server struct {
 	// testHook, when set, runs before every procedure (tests inject panics).
 	testHook func(prog, proc uint32)
 
-	closeOnce sync.Once
-	closeCh   chan struct{}
-	serving   sync.WaitGroup
+	closeCh chan struct{}  // closed by Close
+	serving sync.WaitGroup // Serve calls running
 
 	macs    sync.Pool // of *hash.Hash keyed with secret
 	mounts  mountTable
 	root    rootState
 	metrics counters
 
-	mu    sync.Mutex // protects the following
-	conns map[*conn]struct{}
+	mu     sync.Mutex // protects the following
+	conns  map[*conn]struct{}
+	closed bool
 }
 
 // New returns a server for opts.
@@ -133,12 +133,13 @@ func New(opts Options) (*Server, error) {
 // flight finish and closes its connections. It returns nil on such a
 // shutdown and the accept error otherwise.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	select {
-	case <-s.closeCh:
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
 		return ErrServerClosed
-	default:
 	}
 	s.serving.Add(1)
+	s.mu.Unlock()
 	defer s.serving.Done()
 
 	stop := make(chan struct{})
@@ -201,7 +202,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // accepted, requests in flight finish and get their replies. It returns once
 // all Serve calls have returned.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() { close(s.closeCh) })
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.closeCh)
+	}
+	s.mu.Unlock()
 	s.serving.Wait()
 	return nil
 }
