@@ -136,8 +136,9 @@ type bootResult struct {
 }
 
 // stepIdleTimeout bounds the time between two lines from the guest: boot,
-// or one step. The slowest step (rm -rf of 3,000 files) takes about 20 s.
-const stepIdleTimeout = 150 * time.Second
+// or one step. The slowest step (rm -rf of 3,000 files) takes about 20 s
+// on an idle 2-core machine and over a minute on a loaded one.
+const stepIdleTimeout = 240 * time.Second
 
 // hostAction performs one HOST request of the guest.
 type hostAction func(args []string) error

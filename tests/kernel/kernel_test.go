@@ -146,6 +146,15 @@ func runScenario(t *testing.T, name string, srv *nfsServer, img *guestImage, hel
 			t.Errorf("knownFailures lists %q, which the scenario does not declare", key)
 		}
 	}
+	var timing strings.Builder
+	fmt.Fprintf(&timing, "%s timing: boot %v", name, res.boot.Round(100*time.Millisecond))
+	for _, step := range append(prefixed("tmpfs/", oracle), steps...) {
+		if r := res.steps[step]; r != nil {
+			fmt.Fprintf(&timing, ", %s %v", step, r.took.Round(100*time.Millisecond))
+		}
+	}
+	fmt.Fprintf(&timing, ", total %v", res.total.Round(100*time.Millisecond))
+	t.Log(timing.String())
 	if t.Failed() {
 		t.Logf("guest console (end):\n%s", res.consoleTail(60))
 	}
@@ -169,6 +178,14 @@ func verdict(r *stepResult, known bool, reason string) (msg string, ok bool) {
 	}
 }
 
+func prefixed(prefix string, list []string) []string {
+	out := make([]string, len(list))
+	for i, s := range list {
+		out[i] = prefix + s
+	}
+	return out
+}
+
 func contains(list []string, s string) bool {
 	for _, x := range list {
 		if x == s {
@@ -187,7 +204,7 @@ func TestKernelPOSIX(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"EXPORT": srv.exportPath("main"), "MOUNT_OPTS": opts}
-	runScenario(t, "posix", srv, img, helper, env, nil, 7*time.Minute)
+	runScenario(t, "posix", srv, img, helper, env, nil, 9*time.Minute)
 }
 
 // TestKernelBranches runs testdata/branch.sh: forks, commit, abort and a
@@ -215,5 +232,5 @@ func TestKernelBranches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runScenario(t, "branch", srv, img, helper, map[string]string{"MOUNT_OPTS": opts}, actions, 4*time.Minute)
+	runScenario(t, "branch", srv, img, helper, map[string]string{"MOUNT_OPTS": opts}, actions, 5*time.Minute)
 }
