@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -328,5 +327,3 @@ func (r *bootResult) consoleTail(n int) string {
 	}
 	return tail(string(b), n)
 }
-
-var errNoServer = errors.New("no server")
