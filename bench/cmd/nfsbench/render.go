@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"sort"
 	"strings"
 
 	"github.com/branchnfs/branchnfs/bench/stats"
@@ -83,7 +84,8 @@ func renderMarkdown(r *Results) string {
 		mode = "quick"
 	}
 	p("# branchnfs benchmark (%s run)\n\n", mode)
-	p("%s, commit %s, %d CPUs, %s; %d runs per figure (median (min–max)); %.0f s total.\n\n", r.Date, r.Commit, r.CPUs, r.GoVer, r.Config.Runs, r.Duration)
+	p("%s, commit %s, %d CPUs, %s; %d runs per figure (median (min–max)); %.0f s total; load average %s at the start, %s at the end.\n\n",
+		r.Date, r.Commit, r.CPUs, r.GoVer, r.Config.Runs, r.Duration, r.LoadStart, r.LoadEnd)
 
 	// 1. Branch operations.
 	if len(r.BranchOpsInProcess)+len(r.BranchOpsAPI) > 0 {
@@ -152,14 +154,26 @@ func renderMarkdown(r *Results) string {
 			}
 		}
 		for _, x := range r.BranchOpsInProcess {
-			p("- base %d: in-process population %.2f s.\n", x.BaseFiles, x.PopulateS)
+			var parts []string
+			for _, cs := range []string{"1KB", "1MB", "100MB"} {
+				if v, ok := x.CommitSynced[cs]; ok && v.N > 0 {
+					parts = append(parts, fmt.Sprintf("%s %s", cs, p50p99(v)))
+				}
+			}
+			p("- base %d: in-process population %.2f s; commit p50 / p99 when the branch's data was synced before the timer started: %s.\n", x.BaseFiles, x.PopulateS, strings.Join(parts, ", "))
 		}
 		p("\n")
 	}
 	if len(r.GoTestBench) > 0 {
-		p("`go test -bench ./branches/` (lead's benchmarks), median ns/op:\n\n| benchmark | median | min | max |\n|---|---|---|---|\n")
-		for k, v := range r.GoTestBench {
-			p("| %s | %s | %s | %s |\n", k, us(v.Median/1e3), us(v.Min/1e3), us(v.Max/1e3))
+		p("`go test -bench 'Fork/files=(100|10000)$|Commit|Abort' -benchtime 20x -count 5 ./branches/` (the lead's benchmarks; medians over the 5 counts):\n\n| benchmark | ns/op | p50 | p99 |\n|---|---|---|---|\n")
+		names := make([]string, 0, len(r.GoTestBench))
+		for k := range r.GoTestBench {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			m := r.GoTestBench[k]
+			p("| %s | %s | %s | %s |\n", k, us(m["ns/op"].Median/1e3), us(m["p50-µs"].Median), us(m["p99-µs"].Median))
 		}
 		p("\n")
 	}
@@ -181,7 +195,7 @@ func renderMarkdown(r *Results) string {
 				extra = " (error: " + shorten(s.Error) + ")"
 			}
 			p("| %s | %s | %s | %s | %s | %s | %d%s |\n", s.Server, s.Client, mmm(s.Write), ratio(s.Write, g.Write), mmm(s.Read), ratio(s.Read, g.Read), s.Verified, extra)
-			if strings.HasPrefix(s.Server, "branchnfs") && g.Write.N > 0 {
+			if strings.HasPrefix(s.Server, "branchnfs") && !strings.Contains(s.Server, "in-process") && g.Write.N > 0 {
 				for _, x := range []struct {
 					what   string
 					a, ref stats.Summary
@@ -246,14 +260,14 @@ func renderMarkdown(r *Results) string {
 
 	// 5. Memory.
 	if len(r.Memory) > 0 {
-		p("## 5. branchnfs server memory (VmHWM)\n\n| phase | peak RSS | target | verdict |\n|---|---|---|---|\n")
+		p("## 5. branchnfs server memory (VmHWM)\n\n| phase | peak RSS | at the end: anonymous / mmapped files | target | verdict |\n|---|---|---|---|---|\n")
 		for _, m := range r.Memory {
 			mib := float64(m.PeakRSS) / (1 << 20)
 			ok := mib < 400
 			if !ok {
 				missed = append(missed, fmt.Sprintf("server memory during %s: %.0f MiB (target < 400 MiB)", m.Phase, mib))
 			}
-			p("| %s | %.0f MiB | < 400 MiB | %s |\n", m.Phase, mib, verdict(ok))
+			p("| %s | %.0f MiB | %.0f / %.0f MiB | < 400 MiB | %s |\n", m.Phase, mib, float64(m.RssAnon)/(1<<20), float64(m.RssFile)/(1<<20), verdict(ok))
 		}
 		p("\n")
 	}

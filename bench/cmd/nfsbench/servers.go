@@ -120,14 +120,16 @@ func (s *server) url(t nfsclient.Target, file string) string {
 		strings.TrimSuffix(t.Export, "/"), file, t.NFSPort, t.MountPort)
 }
 
-// memory returns VmHWM and VmRSS of the server process in bytes.
-func (s *server) memory() (hwm, rss int64) {
+// memory returns VmHWM, VmRSS, RssAnon and RssFile of the server process
+// in bytes. RssFile counts pages of mmapped files (Badger's value log and
+// tables), RssAnon the Go heap and other private memory.
+func (s *server) memory() (hwm, rss, anon, file int64) {
 	if s == nil || s.cmd == nil || s.cmd.Process == nil {
-		return 0, 0
+		return 0, 0, 0, 0
 	}
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0, 0
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -140,10 +142,14 @@ func (s *server) memory() (hwm, rss int64) {
 				hwm = v << 10
 			case "VmRSS:":
 				rss = v << 10
+			case "RssAnon:":
+				anon = v << 10
+			case "RssFile:":
+				file = v << 10
 			}
 		}
 	}
-	return hwm, rss
+	return hwm, rss, anon, file
 }
 
 func startGanesha(tmp string) (*server, error) {

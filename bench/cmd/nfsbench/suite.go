@@ -47,16 +47,20 @@ type Results struct {
 	CPUs     int         `json:"cpus"`
 	Config   suiteConfig `json:"config"`
 	Duration float64     `json:"duration_seconds"`
+	// LoadAvg is /proc/loadavg at the start and end: other processes on
+	// the machine compete with the servers for its CPUs.
+	LoadStart string `json:"loadavg_start"`
+	LoadEnd   string `json:"loadavg_end"`
 
-	BranchOpsInProcess []branchops.OpsResult    `json:"branch_ops_in_process,omitempty"`
-	BranchOpsAPI       []apiOpsResult           `json:"branch_ops_api,omitempty"`
-	GoTestBench        map[string]stats.Summary `json:"go_test_bench_ns_per_op,omitempty"`
-	Seq                []seqRow                 `json:"seq,omitempty"`
-	Meta               []metaRow                `json:"meta,omitempty"`
-	Storage            []branchops.GrowthResult `json:"storage,omitempty"`
-	Memory             []memRow                 `json:"memory,omitempty"`
-	Errors             []string                 `json:"errors,omitempty"`
-	Notes              []string                 `json:"notes,omitempty"`
+	BranchOpsInProcess []branchops.OpsResult               `json:"branch_ops_in_process,omitempty"`
+	BranchOpsAPI       []apiOpsResult                      `json:"branch_ops_api,omitempty"`
+	GoTestBench        map[string]map[string]stats.Summary `json:"go_test_bench,omitempty"` // benchmark -> unit -> summary
+	Seq                []seqRow                            `json:"seq,omitempty"`
+	Meta               []metaRow                           `json:"meta,omitempty"`
+	Storage            []branchops.GrowthResult            `json:"storage,omitempty"`
+	Memory             []memRow                            `json:"memory,omitempty"`
+	Errors             []string                            `json:"errors,omitempty"`
+	Notes              []string                            `json:"notes,omitempty"`
 }
 
 type seqRow struct {
@@ -80,6 +84,10 @@ type metaRow struct {
 type memRow struct {
 	Phase   string `json:"phase"`
 	PeakRSS int64  `json:"peak_rss_bytes"` // VmHWM
+	// At the end of the phase: resident anonymous memory (Go heap, ...)
+	// and resident pages of mmapped files (Badger).
+	RssAnon int64 `json:"rss_anon_end_bytes"`
+	RssFile int64 `json:"rss_file_end_bytes"`
 }
 
 type apiOpsResult struct {
@@ -151,7 +159,8 @@ func runSuite(args []string) error {
 	for _, x := range strings.Split(*sections, ",") {
 		s.sections[strings.TrimSpace(x)] = true
 	}
-	s.logf("tmp %s; config %+v", tmp, cfg)
+	s.res.LoadStart = loadavg()
+	s.logf("tmp %s; config %+v; load %s", tmp, cfg, s.res.LoadStart)
 	ctx := context.Background()
 
 	if s.sections["branchops"] || s.sections["storage"] {
@@ -176,6 +185,7 @@ func runSuite(args []string) error {
 		s.nfsWorkloads()
 	}
 	s.res.Duration = time.Since(start).Seconds()
+	s.res.LoadEnd = loadavg()
 
 	md := renderMarkdown(s.res)
 	fmt.Print(md)
@@ -248,7 +258,7 @@ func (s *suite) goTestBench() {
 	}
 	count, bt := "5", "20x"
 	s.logf("go test -bench in ./branches: %v", names)
-	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "Fork|Commit|Abort", "-benchtime", bt, "-count", count, "./branches/").CombinedOutput()
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "Fork/files=(100|10000)$|Commit|Abort", "-benchtime", bt, "-count", count, "./branches/").CombinedOutput()
 	if err != nil {
 		s.fail("go test -bench ./branches", fmt.Errorf("%w: %s", err, tail2(string(out), 15)))
 	}
@@ -263,30 +273,36 @@ func tail2(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-// parseBench collects ns/op per benchmark name from go test -bench output.
-func parseBench(out string) map[string]stats.Summary {
-	vals := map[string][]float64{}
+// parseBench collects every metric (ns/op, p50-µs, ...) per benchmark name
+// from go test -bench output.
+func parseBench(out string) map[string]map[string]stats.Summary {
+	vals := map[string]map[string][]float64{}
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		for i := 2; i+1 < len(f); i++ {
-			if f[i+1] == "ns/op" {
-				var v float64
-				if _, err := fmt.Sscan(f[i], &v); err == nil {
-					name := f[0]
-					if j := strings.LastIndex(name, "-"); j > 0 {
-						name = name[:j]
-					}
-					vals[name] = append(vals[name], v)
-				}
+		name := f[0]
+		if j := strings.LastIndex(name, "-"); j > 0 {
+			name = name[:j]
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			var v float64
+			if _, err := fmt.Sscan(f[i], &v); err != nil {
+				break
 			}
+			if vals[name] == nil {
+				vals[name] = map[string][]float64{}
+			}
+			vals[name][f[i+1]] = append(vals[name][f[i+1]], v)
 		}
 	}
-	res := map[string]stats.Summary{}
-	for k, v := range vals {
-		res[k] = stats.Summarize(v)
+	res := map[string]map[string]stats.Summary{}
+	for k, m := range vals {
+		res[k] = map[string]stats.Summary{}
+		for unit, v := range m {
+			res[k][unit] = stats.Summarize(v)
+		}
 	}
 	return res
 }
@@ -325,9 +341,9 @@ func (s *suite) newStore(name string, base int) (string, float64, error) {
 }
 
 func (s *suite) recordMem(phase string, srv *server) {
-	hwm, _ := srv.memory()
+	hwm, _, anon, file := srv.memory()
 	if hwm > 0 {
-		s.res.Memory = append(s.res.Memory, memRow{Phase: phase, PeakRSS: hwm})
+		s.res.Memory = append(s.res.Memory, memRow{Phase: phase, PeakRSS: hwm, RssAnon: anon, RssFile: file})
 	}
 }
 
@@ -574,6 +590,38 @@ func (s *suite) seq(peers []peer) {
 			s.res.Seq = append(s.res.Seq, a.row)
 		}
 	}
+	if s.bnfs != "" {
+		s.seqDirect(data)
+	}
+}
+
+// seqDirect is the reference row: the same file through cowfs in-process,
+// with no NFS in between.
+func (s *suite) seqDirect(data []byte) {
+	row := seqRow{Server: "branchnfs store in-process (no NFS)", Client: "cowfs WriteAt/ReadAt, 1 MiB"}
+	var w, r []float64
+	for run := 0; run < s.cfg.Runs; run++ {
+		s.logf("seq in-process cowfs run %d", run+1)
+		dir := filepath.Join(s.tmp, "direct")
+		res, err := func() (res branchops.DirectResult, err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("panic: %v", p)
+				}
+			}()
+			return branchops.Direct(context.Background(), dir, data)
+		}()
+		os.RemoveAll(dir)
+		if err != nil {
+			row.Error = err.Error()
+			s.fail("seq in-process", err)
+			break
+		}
+		w, r = append(w, res.WriteMiBps), append(r, res.ReadMiBps)
+		row.Verified++
+	}
+	row.Write, row.Read = stats.Summarize(w), stats.Summarize(r)
+	s.res.Seq = append(s.res.Seq, row)
 }
 
 // nfsCp copies src to the export with nfs-cp and back, checks the digest of
@@ -660,4 +708,17 @@ func (s *suite) meta(peers []peer) {
 		a.row.Create, a.row.Stat, a.row.List, a.row.Remove = stats.Summarize(a.cr), stats.Summarize(a.st), stats.Summarize(a.ls), stats.Summarize(a.rm)
 		s.res.Meta = append(s.res.Meta, a.row)
 	}
+}
+
+// loadavg returns the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
