@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -38,7 +40,7 @@ func (o *initOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.From, "from", "", "import this directory tree into main")
 }
 
-func runInit(ctx context.Context, o *initOptions) (err error) {
+func runInit(ctx context.Context, o *initOptions) error {
 	dir, err := o.storeDir()
 	if err != nil {
 		return err
@@ -46,22 +48,36 @@ func runInit(ctx context.Context, o *initOptions) (err error) {
 	if storeExists(dir) {
 		return fmt.Errorf("%w at %s", errStoreExists, dir)
 	}
+	_, statErr := os.Stat(dir)
+	dirExisted := statErr == nil
 	s, err := openStore(ctx, dir, openOptions{create: true})
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if cerr := s.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("close store: %w", cerr)
-		}
-	}()
 	if o.From != "" {
 		if err := importIntoMain(ctx, s.mgr, o.From, o.stderr); err != nil {
+			s.Close()
+			removeNewStore(dir, dirExisted)
 			return err
 		}
 	}
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("close store: %w", err)
+	}
 	fmt.Fprintf(o.stdout, "created store %s with branch main\n", dir)
 	return nil
+}
+
+// removeNewStore removes a store this process has just created and failed
+// to fill, so that the same command can simply be run again.
+func removeNewStore(dir string, dirExisted bool) {
+	if !dirExisted {
+		os.RemoveAll(dir)
+		return
+	}
+	for _, n := range []string{dbDirName, lockFileName} {
+		os.RemoveAll(filepath.Join(dir, n))
+	}
 }
 
 // importIntoMain imports the tree at src into branch main, all or nothing:

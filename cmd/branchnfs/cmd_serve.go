@@ -106,12 +106,17 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		return fmt.Errorf("%w: a server (pid %d) already serves %s on %s", errStoreBusy, st.PID, dir, st.Listen)
 	}
 	fresh := !storeExists(dir)
+	_, statErr := os.Stat(dir)
+	dirExisted := statErr == nil
 	start := time.Now()
 	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, logger: logger})
 	if err != nil {
 		return err
 	}
 	defer func() {
+		if s == nil {
+			return
+		}
 		if cerr := s.Close(); cerr != nil {
 			logger.Error("close store", "err", cerr)
 			if err == nil {
@@ -125,6 +130,11 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if o.From != "" {
 		if fresh {
 			if err := importIntoMain(ctx, s.mgr, o.From, o.stderr); err != nil {
+				// Leave no half-made store behind: the next serve --from
+				// would otherwise ignore --from.
+				s.Close()
+				s = nil
+				removeNewStore(dir, dirExisted)
 				return err
 			}
 		} else {

@@ -96,6 +96,15 @@ func TestImportFailureLeavesMainEmpty(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "nothing was imported") {
 		t.Fatalf("init --from missing dir: %d %q", code, stderr)
 	}
+	if _, err := os.Stat(store); !os.IsNotExist(err) {
+		t.Fatalf("failed init left a store behind: %v", err)
+	}
+	// So the same command can be run again once the source is there.
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644)
+	if code, _, stderr := runCLI(t, "init", "--from", src, "--store", store); code != 0 {
+		t.Fatalf("init after a failed init: %d %q", code, stderr)
+	}
 }
 
 func TestDefaultStoreDir(t *testing.T) {
