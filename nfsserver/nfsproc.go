@@ -568,7 +568,7 @@ func nfsCreate(r *request, d *decoder, e *encoder) error {
 	case 0, 1:
 		sa = decodeSattr(d)
 	case 2:
-		verf = binary.BigEndian.Uint64(d.fixed(8))
+		verf = d.u64() // createverf3: 8 opaque bytes
 	default:
 		d.fail()
 	}
