@@ -32,6 +32,13 @@ func TestForkIsolationCommitInvalidatesSibling(t *testing.T) {
 		t.Fatalf("b2 sees base.txt = %q", got)
 	}
 
+	// The same file seen through the export "/" that shows every branch.
+	all, _ := c.mount(t, "/")
+	_, sibViaRoot, err := all.Lookup("/b2/sibling.txt")
+	if err != nil {
+		t.Fatalf("b2/sibling.txt through /: %v", err)
+	}
+
 	want := []byte("written in b1\n")
 	writeFile(t, b1, "/new.txt", want)
 	for name, tg := range map[string]*nfs.Target{"main": main, "b2": b2} {
@@ -40,7 +47,7 @@ func TestForkIsolationCommitInvalidatesSibling(t *testing.T) {
 	}
 	// The parent keeps writing after the fork; the child does not see it.
 	writeFile(t, main, "/later.txt", []byte("later"))
-	_, err := readFile(b1, "/later.txt")
+	_, err = readFile(b1, "/later.txt")
 	wantStatus(t, "later.txt in b1", err, nfs.NFS3ErrNoEnt)
 
 	t.Run("libnfs", func(t *testing.T) {
@@ -85,6 +92,13 @@ func TestForkIsolationCommitInvalidatesSibling(t *testing.T) {
 	_, err = c.readFH(sibFH)
 	wantStatus(t, "READ of an existing b2 file handle", err, nfs.NFS3ErrStale)
 	wantStatus(t, "WRITE to an existing b2 file handle", c.writeFH(sibFH, []byte("x")), nfs.NFS3ErrStale)
+	_, err = all.GetAttr(sibViaRoot)
+	wantStatus(t, "GETATTR of a b2 handle met through /", err, nfs.NFS3ErrStale)
+	_, _, err = all.Lookup("/b2")
+	wantStatus(t, "LOOKUP of b2 in / after the commit", err, nfs.NFS3ErrNoEnt)
+	if got := mustRead(t, all, "/main/new.txt"); !bytes.Equal(got, want) {
+		t.Fatalf("/main/new.txt through / = %q", got)
+	}
 	// ... and a new mount is refused.
 	if _, err := c.mnt("/b2"); err != mntError(nfs.MNT3ErrNoEnt) {
 		t.Fatalf("new MNT of invalidated b2: %v, want MNT3ERR_NOENT", err)
