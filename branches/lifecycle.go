@@ -33,10 +33,7 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	defer pfs.Unlock()
 	stack := pfs.StackLocked()
 	top := stack[0]
-	empty, err := m.layerEmpty(ctx, top)
-	if err != nil {
-		return Info{}, err
-	}
+	empty := !pfs.TopDirty()
 	base, ptop := top, top
 	newParentTop := cowfs.LayerID(0)
 	if empty && len(stack) > 1 {
@@ -78,11 +75,11 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	}
 	cstack := append([]cowfs.LayerID{ctop}, stack...)
 	if newParentTop != 0 {
-		pfs.SetStackLocked(append([]cowfs.LayerID{newParentTop}, stack...))
+		pfs.SetFreshStackLocked(append([]cowfs.LayerID{newParentTop}, stack...))
 	} else {
 		cstack = append([]cowfs.LayerID{ctop}, stack[1:]...)
 	}
-	c := &branch{rec: crec, fs: cowfs.NewWithStack(m.store, m.alloc, cstack, m.opts.FS)}
+	c := &branch{rec: crec, fs: cowfs.NewFreshWithStack(m.store, m.alloc, cstack, m.opts.FS)}
 	m.mu.Lock()
 	p.rec = prec
 	m.byID[c.rec.ID], m.byName[name] = c, c
@@ -222,9 +219,12 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	pfs.Lock()
 	defer pfs.Unlock()
 	cstack, pstack := cfs.StackLocked(), pfs.StackLocked()
-	empty, err := m.layerEmpty(ctx, pstack[0])
-	if err != nil {
-		return res, err
+	empty := !pfs.TopDirty()
+	if !empty && pstack[0] == c.rec.ParentTop {
+		// Written since, or unknown after a restart: look.
+		if empty, err = m.layerEmpty(ctx, pstack[0]); err != nil {
+			return res, err
+		}
 	}
 	by := fmt.Sprintf("commit of %s into %s at %s", name, p.rec.Name, time.Now().UTC().Format(time.RFC3339))
 	prec := p.rec
@@ -294,8 +294,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	if err != nil {
 		return res, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
 	}
-	// A commit is a durability point.
-	if err := m.store.Sync(ctx); err != nil {
+	if err := m.durable(ctx); err != nil {
 		return res, mapErr(err)
 	}
 	pfs.SetStackLocked(newStack)
@@ -386,10 +385,7 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 	bfs.Lock()
 	defer bfs.Unlock()
 	stack := bfs.StackLocked()
-	empty, err := m.layerEmpty(ctx, stack[0])
-	if err != nil {
-		return Checkpoint{}, err
-	}
+	empty := !bfs.TopDirty()
 	cp := checkpointRec{Layer: stack[0], Time: time.Now().UTC()}
 	rec := b.rec
 	newTop := cowfs.LayerID(0)
@@ -414,13 +410,13 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 		return tx.Set(cpKey(b.rec.ID, label), v)
 	})
 	if err == nil {
-		err = m.store.Sync(ctx) // a checkpoint is a durability point
+		err = m.durable(ctx)
 	}
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("branches: checkpoint %s: %w", name, mapErr(err))
 	}
 	if newTop != 0 {
-		bfs.SetStackLocked(append([]cowfs.LayerID{newTop}, stack...))
+		bfs.SetFreshStackLocked(append([]cowfs.LayerID{newTop}, stack...))
 		m.mu.Lock()
 		b.rec = rec
 		m.mu.Unlock()
@@ -478,12 +474,12 @@ func (m *Manager) Restore(ctx context.Context, name, label string) error {
 		return putRecord(tx, rec)
 	})
 	if err == nil {
-		err = m.store.Sync(ctx)
+		err = m.durable(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("branches: restore %s to %s: %w", name, label, mapErr(err))
 	}
-	bfs.SetStackLocked(append([]cowfs.LayerID{top}, stack...))
+	bfs.SetFreshStackLocked(append([]cowfs.LayerID{top}, stack...))
 	m.mu.Lock()
 	b.rec = rec
 	m.mu.Unlock()
@@ -526,4 +522,13 @@ func (m *Manager) Diff(ctx context.Context, name string) (Diff, error) {
 		d.Changes = append(d.Changes, Change{Path: c.Path, Kind: ChangeKind(c.Kind), Type: c.Type.String(), Bytes: c.Bytes})
 	}
 	return d, nil
+}
+
+// durable makes a lifecycle change durable against power loss, unless
+// Options.NoLifecycleSync.
+func (m *Manager) durable(ctx context.Context) error {
+	if m.opts.NoLifecycleSync {
+		return nil
+	}
+	return m.store.Sync(ctx)
 }

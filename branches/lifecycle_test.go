@@ -234,3 +234,37 @@ func TestAbortCheckpointRestore(t *testing.T) {
 		t.Errorf("reclaim after abort removed no layer: %+v", st)
 	}
 }
+
+// TestCommitAfterParentRestore: the parent rolled back to a checkpoint
+// taken before the fork; the child's commit still merges, and conflicts
+// where the rollback touched the same path.
+func TestCommitAfterParentRestore(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	write(t, m, "main", "a", "a0")
+	must(m.Checkpoint(ctx, "main", "early"))(t)
+	write(t, m, "main", "a", "a1")
+	write(t, m, "main", "b", "b1")
+	must(m.Fork(ctx, "main", "kid"))(t)
+	write(t, m, "kid", "c", "kid")
+	if err := m.Restore(ctx, "main", "early"); err != nil {
+		t.Fatal(err)
+	}
+	must(m.Commit(ctx, "kid"))(t)
+	for p, want := range map[string]string{"a": "a0", "b": "<missing>", "c": "kid"} {
+		if got := read(t, m, "main", p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+	must(m.Fork(ctx, "main", "kid2"))(t)
+	must(m.Checkpoint(ctx, "main", "late"))(t)
+	write(t, m, "main", "a", "a2")
+	write(t, m, "kid2", "a", "kid2")
+	if err := m.Restore(ctx, "main", "late"); err != nil {
+		t.Fatal(err)
+	}
+	write(t, m, "main", "a", "a3")
+	if _, err := m.Commit(ctx, "kid2"); !errors.Is(err, branches.ErrConflict) {
+		t.Fatalf("commit over a rolled-back edit of the same path: %v", err)
+	}
+}

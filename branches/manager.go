@@ -36,6 +36,10 @@ type Options struct {
 	// ReclaimDelay is how long after an abort or commit the background
 	// reclaimer runs (default 2s); negative disables it.
 	ReclaimDelay time.Duration
+	// NoLifecycleSync skips the fsync that makes commits, checkpoints and
+	// restores durable against power loss (they still survive a crash of
+	// the process). For benchmarks that separate the fsync from the rest.
+	NoLifecycleSync bool
 	// FoldDepth: stacks deeper than this are folded in the background
 	// (default 8).
 	FoldDepth int

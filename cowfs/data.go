@@ -410,6 +410,7 @@ func (f *FS) writeAt(ino InodeID, p []byte, off int64) (Attr, error) {
 			return f.put(tx, st, n)
 		})
 	}
+	f.dirty.Store(true)
 	err = f.opts.Tracker.commitWith(func(record func([][]byte)) error {
 		if err := run(); err != nil {
 			return err

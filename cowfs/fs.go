@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/branchnfs/branchnfs/kv"
@@ -65,6 +66,10 @@ type FS struct {
 	// dataMu stripes serialise writes to the same inode.
 	dataMu [64]sync.Mutex
 
+	// dirty is false only while the top layer is known to be empty: it was
+	// installed fresh by SetFreshStackLocked and nothing wrote since.
+	dirty atomic.Bool
+
 	mu    sync.RWMutex // protects the following
 	stack []LayerID    // top first
 	err   error        // set once the view is unusable
@@ -86,8 +91,10 @@ func New(store kv.Store, alloc *Allocator, top LayerID, opts Options) (*FS, erro
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &FS{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
-		ctx: ctx, stop: cancel, stack: stack, cache: map[InodeID][]LayerID{}}, nil
+	f := &FS{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
+		ctx: ctx, stop: cancel, stack: stack, cache: map[InodeID][]LayerID{}}
+	f.dirty.Store(true)
+	return f, nil
 }
 
 // SetTop re-points the view at another layer stack (after a fork, commit or
@@ -121,6 +128,7 @@ func (f *FS) SetTopLocked(top LayerID) error {
 }
 
 func (f *FS) setStackLocked(stack []LayerID) {
+	f.dirty.Store(true)
 	f.stack = stack
 	f.cacheMu.Lock()
 	f.cache = map[InodeID][]LayerID{}
@@ -140,6 +148,17 @@ func (f *FS) Stack() []LayerID {
 	defer f.mu.RUnlock()
 	return append([]LayerID(nil), f.stack...)
 }
+
+// SetFreshStackLocked is SetStackLocked for a stack whose top layer was
+// just created empty; TopDirty reports false until something writes.
+func (f *FS) SetFreshStackLocked(stack []LayerID) {
+	f.setStackLocked(append([]LayerID(nil), stack...))
+	f.dirty.Store(false)
+}
+
+// TopDirty reports whether the top layer may hold writes. False means it
+// is certainly empty; true means it may be (check with LayerEmpty).
+func (f *FS) TopDirty() bool { return f.dirty.Load() }
 
 // StackLocked is Stack for a caller holding Lock.
 func (f *FS) StackLocked() []LayerID { return append([]LayerID(nil), f.stack...) }

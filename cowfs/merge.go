@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path"
 	"sort"
+	"syscall"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -29,11 +30,19 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 	defer child.Close()
 	defer parent.Close()
 	defer base.Close()
-	cl, ok1 := above(cs, bs)
-	pl, ok2 := above(ps, bs)
-	if !ok1 || !ok2 {
-		return []string{"/ (the parent was restored past the fork point)"}, nil
+	cl, ok := above(cs, bs)
+	if !ok {
+		return nil, errors.New("cowfs: merge base is not below the child")
 	}
+	// The parent's changes relative to base: what the parent's layers and
+	// base's layers hold above their common ancestor (they differ when the
+	// parent was restored to a checkpoint after the fork). Keys in that set
+	// are compared by the parent's visible values below.
+	k := commonSuffix(ps, bs)
+	if k == 0 {
+		return nil, errors.New("cowfs: merge of unrelated trees")
+	}
+	pl := append(append([]LayerID(nil), ps[:len(ps)-k]...), bs[:len(bs)-k]...)
 	type kvp struct{ k, v []byte }
 	var writes []kvp
 	var conflicts []string
@@ -69,9 +78,14 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 		sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
 		for _, ino := range inos {
 			cn := cd.inodes[ino]
-			pn, both := pd.inodes[ino]
-			if !both {
+			if _, both := pd.inodes[ino]; !both {
 				continue
+			}
+			pn, _, err := parent.getInode(tx, pst, ino)
+			if errors.Is(err, syscall.ENOENT) {
+				pn = &inode{Ino: ino, Type: cn.Type, Deleted: true}
+			} else if err != nil {
+				return err
 			}
 			if cn.Type == TypeDir && pn.Type == TypeDir && !cn.Deleted && !pn.Deleted {
 				bn, _, err := base.getInode(tx, bst, ino)
@@ -105,8 +119,19 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 		}
 		// Entries.
 		for id, ce := range cd.entries {
-			pe, both := pd.entries[id]
-			if !both || pe == ce {
+			if _, both := pd.entries[id]; !both {
+				continue
+			}
+			players, err := parent.layersOf(tx, pst, id.Dir)
+			if err != nil {
+				return err
+			}
+			pr, err := resolveSlot(tx, players, id.Dir, id.Slot)
+			if err != nil {
+				return err
+			}
+			pe := pr.e // zero (a whiteout) when the parent has nothing there
+			if pe == ce {
 				continue
 			}
 			if ignore != nil && (ignore(ce.Name) || ignore(pe.Name)) {
@@ -312,9 +337,28 @@ func (f *FS) fullBlocks(tx kv.Txn, st state, ino InodeID, dst LayerID) ([][2][]b
 func NewWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *FS {
 	opts.EnsureDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &FS{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
+	f := &FS{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
 		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID][]LayerID{}}
+	f.dirty.Store(true)
+	return f
+}
+
+// NewFreshWithStack is NewWithStack for a stack whose top was just created
+// empty.
+func NewFreshWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *FS {
+	f := NewWithStack(store, alloc, stack, opts)
+	f.dirty.Store(false)
+	return f
 }
 
 // SetStackLocked replaces the stack (top first); the caller holds Lock.
 func (f *FS) SetStackLocked(stack []LayerID) { f.setStackLocked(append([]LayerID(nil), stack...)) }
+
+// commonSuffix returns how many bottom layers a and b share.
+func commonSuffix(a, b []LayerID) int {
+	k := 0
+	for k < len(a) && k < len(b) && a[len(a)-1-k] == b[len(b)-1-k] {
+		k++
+	}
+	return k
+}

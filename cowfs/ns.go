@@ -246,6 +246,7 @@ func (f *FS) update(op, name string, ns bool, fn func(tx kv.Txn, st state) error
 	if err != nil {
 		return pathErr(op, name, err.(syscall.Errno))
 	}
+	f.dirty.Store(true) // before the commit: a racing fork must not miss it
 	err = f.store.Update(f.ctx, func(tx kv.Txn) error { return fn(tx, st) })
 	return wrap(op, name, err)
 }
