@@ -14,11 +14,17 @@ import (
 
 func newManager(t testing.TB) *branches.Manager {
 	t.Helper()
+	return newManagerOpts(t, branches.Options{})
+}
+
+func newManagerOpts(t testing.TB, opts branches.Options) *branches.Manager {
+	t.Helper()
 	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := branches.Open(context.Background(), branches.Options{Store: st, ReclaimDelay: -1})
+	opts.Store, opts.ReclaimDelay = st, -1
+	m, err := branches.Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
