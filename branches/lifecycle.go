@@ -294,9 +294,8 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	if err != nil {
 		return res, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
 	}
-	if err := m.durable(ctx); err != nil {
-		return res, mapErr(err)
-	}
+	// The commit is in the store: mirror it in memory before the fsync, so
+	// a failing fsync cannot leave memory and store disagreeing.
 	pfs.SetStackLocked(newStack)
 	cfs.InvalidateLocked(fmt.Errorf("%w: branch %q was committed into %q", ErrStale, name, p.rec.Name))
 	m.mu.Lock()
@@ -312,6 +311,9 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	m.mu.Unlock()
 	sort.Strings(res.Invalidated)
 	m.kickReclaim()
+	if err := m.durable(ctx); err != nil {
+		return res, fmt.Errorf("branches: commit %s applied but not yet durable: %w", name, mapErr(err))
+	}
 	return res, nil
 }
 
@@ -409,9 +411,6 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 		v, _ := json.Marshal(cp)
 		return tx.Set(cpKey(b.rec.ID, label), v)
 	})
-	if err == nil {
-		err = m.durable(ctx)
-	}
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("branches: checkpoint %s: %w", name, mapErr(err))
 	}
@@ -421,7 +420,11 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 		b.rec = rec
 		m.mu.Unlock()
 	}
-	return Checkpoint{Branch: name, Label: label, Time: cp.Time}, nil
+	out := Checkpoint{Branch: name, Label: label, Time: cp.Time}
+	if err := m.durable(ctx); err != nil {
+		return out, fmt.Errorf("branches: checkpoint %s taken but not yet durable: %w", name, mapErr(err))
+	}
+	return out, nil
 }
 
 func (m *Manager) checkpoint(ctx context.Context, b *branch, label string) (checkpointRec, error) {
@@ -473,9 +476,6 @@ func (m *Manager) Restore(ctx context.Context, name, label string) error {
 		}
 		return putRecord(tx, rec)
 	})
-	if err == nil {
-		err = m.durable(ctx)
-	}
 	if err != nil {
 		return fmt.Errorf("branches: restore %s to %s: %w", name, label, mapErr(err))
 	}
@@ -484,6 +484,9 @@ func (m *Manager) Restore(ctx context.Context, name, label string) error {
 	b.rec = rec
 	m.mu.Unlock()
 	m.kickReclaim()
+	if err := m.durable(ctx); err != nil {
+		return fmt.Errorf("branches: restore %s applied but not yet durable: %w", name, mapErr(err))
+	}
 	return nil
 }
 
