@@ -274,3 +274,27 @@ func TestCommitAfterParentRestore(t *testing.T) {
 		t.Fatalf("commit over a rolled-back edit of the same path: %v", err)
 	}
 }
+
+// TestReclaimBlocks: blocks written only by an aborted branch are deleted,
+// blocks still referenced stay.
+func TestReclaimBlocks(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	keep := strings.Repeat("k", 100<<10)
+	write(t, m, "main", "keep", keep)
+	must(m.Fork(ctx, "main", "tmp"))(t)
+	write(t, m, "tmp", "junk", strings.Repeat("j", 300<<10))
+	write(t, m, "tmp", "keep2", keep) // dedups onto main's blocks
+	must(m.Abort(ctx, "tmp"))(t)
+	st := must(m.Reclaim(ctx))(t)
+	if st.Blocks == 0 || st.Layers == 0 {
+		t.Fatalf("reclaim after abort: %+v", st)
+	}
+	if got := read(t, m, "main", "keep"); got != keep {
+		t.Fatalf("kept file damaged (%d bytes)", len(got))
+	}
+	st = must(m.Reclaim(ctx))(t)
+	if st.Blocks != 0 || st.Layers != 0 {
+		t.Fatalf("second pass found more garbage: %+v", st)
+	}
+}
