@@ -275,3 +275,13 @@ main      live         -                    0 B
 		t.Errorf("got\n%s\nwant\n%s", w.String(), want)
 	}
 }
+
+func TestServeDefaults(t *testing.T) {
+	cmd := newServeCommand(&globalOptions{})
+	if l := cmd.Flags().Lookup("listen"); l == nil || l.DefValue != "127.0.0.1:12049" {
+		t.Fatalf("--listen default = %v", l)
+	}
+	if l := cmd.Flags().Lookup("allow-remote"); l == nil || l.DefValue != "false" {
+		t.Fatalf("--allow-remote default = %v", l)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -73,3 +74,46 @@ func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// With no --store, serve uses $BRANCHNFS_STORE, else the per-user data
+// directory, creating the store and main on first use.
+func TestServeDefaultStore(t *testing.T) {
+	data, err := os.MkdirTemp("", "xdg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(data)
+	env := append(os.Environ(), "BRANCHNFS_STORE=", "XDG_DATA_HOME="+data, "HOME="+data)
+	cmd := exec.Command(binPath, "serve", "--listen", "127.0.0.1:0")
+	cmd.Env = env
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	want := filepath.Join(data, "branchnfs")
+	if runtime.GOOS == "darwin" {
+		want = filepath.Join(data, "Library", "Application Support", "branchnfs")
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(out.String(), "live branches") {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "serving "+want+" on 127.0.0.1:") || !strings.Contains(out.String(), "created store "+want) {
+		t.Fatalf("serve output:\n%s", out.String())
+	}
+	list := exec.Command(binPath, "list")
+	list.Env = env
+	b, err := list.CombinedOutput()
+	if err != nil || !strings.Contains(string(b), "main") {
+		t.Fatalf("list on the default store: %v %s", err, b)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v\n%s", err, out.String())
+	}
+}
