@@ -76,6 +76,11 @@ func makeTree(t *testing.T, root string, seed int64) {
 	must(os.Link(filepath.Join(root, "dir1/sub/f01.bin"), filepath.Join(root, "hard1")))
 	must(os.Link(filepath.Join(root, "dir1/sub/f01.bin"), filepath.Join(root, "dir2/hard2")))
 	must(syscall.Mkfifo(filepath.Join(root, "fifo"), 0o620))
+	if os.Geteuid() == 0 {
+		must(os.Lchown(filepath.Join(root, "fifo"), 1234, 5678))
+		must(os.Lchown(filepath.Join(root, "link"), 4321, 8765))
+		must(os.Lchown(filepath.Join(root, "dir3"), 99, 98))
+	}
 	must(os.Mkdir(filepath.Join(root, "ro"), 0o755))
 	must(os.WriteFile(filepath.Join(root, "ro", "x"), []byte("x"), 0o444))
 	must(os.Chmod(filepath.Join(root, "ro"), 0o555))
@@ -103,6 +108,8 @@ type entry struct {
 	Target string
 	Mtime  time.Time
 	Nlink  uint32
+	UID    uint32
+	GID    uint32
 	Link   string // first path with the same inode, for hard links
 }
 
@@ -121,7 +128,7 @@ func sourceEntries(t *testing.T, root string) map[string]entry {
 			return err
 		}
 		st := fi.Sys().(*syscall.Stat_t)
-		e := entry{Mode: uint32(st.Mode) & cowfs.ModePerm, Nlink: uint32(st.Nlink)}
+		e := entry{Mode: uint32(st.Mode) & cowfs.ModePerm, Nlink: uint32(st.Nlink), UID: st.Uid, GID: st.Gid}
 		switch m := fi.Mode(); {
 		case m.IsDir():
 			e.Type = "dir"
@@ -177,7 +184,7 @@ func viewEntries(t *testing.T, f *cowfs.FS) map[string]entry {
 		if err != nil {
 			t.Fatalf("%s: %v", rel, err)
 		}
-		e := entry{Type: a.Type.String(), Mode: a.Mode, Nlink: a.Nlink, Mtime: a.Mtime}
+		e := entry{Type: a.Type.String(), Mode: a.Mode, Nlink: a.Nlink, Mtime: a.Mtime, UID: a.UID, GID: a.GID}
 		switch a.Type {
 		case cowfs.TypeDir:
 			e.Nlink = 0
