@@ -37,10 +37,13 @@ type Info struct {
 
 // CommitResult tells what a commit did.
 type CommitResult struct {
-	Branch      string   `json:"branch"`
-	Parent      string   `json:"parent"`
-	FastPath    bool     `json:"fast_path"` // parent unchanged: pointer swap
-	Changes     int      `json:"changes"`   // paths applied (merge) or changed (fast path)
+	Branch   string `json:"branch"`
+	Parent   string `json:"parent"`
+	FastPath bool   `json:"fast_path"` // parent unchanged: pointer swap
+	// Changes counts the directory entries and files a merge applied. The
+	// fast path never looks at the change (that keeps it O(1)), so it
+	// reports 0 there.
+	Changes     int      `json:"changes"`
 	Invalidated []string `json:"invalidated,omitempty"`
 }
 

@@ -248,7 +248,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		if err := m.store.Update(ctx, func(tx kv.Txn) error { return cowfs.PutLayer(tx, dst, pstack[0]) }); err != nil {
 			return res, mapErr(err)
 		}
-		conflicts, err := cowfs.Merge(ctx, cfs, cstack, pstack, bstack, dst, m.ignore)
+		conflicts, applied, err := cowfs.Merge(ctx, cfs, cstack, pstack, bstack, dst, m.ignore)
 		if err != nil {
 			return res, fmt.Errorf("branches: merge %s into %s: %w", name, p.rec.Name, mapErr(err))
 		}
@@ -256,6 +256,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 			return res, &ConflictError{Branch: name, Parent: p.rec.Name, Paths: conflicts}
 		}
 		prec.Top = dst
+		res.Changes = applied
 		newStack = append([]cowfs.LayerID{dst}, pstack...)
 	}
 	crec := c.rec

@@ -16,14 +16,15 @@ import (
 // references yet. Both sides' changes are deltas above base; a key changed
 // on both sides is a conflict, except directories whose only common change
 // is their entry list (merged) and names ignore accepts (the child wins).
-// On conflict it returns the conflicting paths and writes nothing. The
+// On conflict it returns the conflicting paths and writes nothing;
+// otherwise it returns how many entries and files it applied. The
 // caller publishes dst (makes it parent's top) in one small transaction, so
 // a crash before that leaves only an unreferenced layer.
 //
 // cs, ps and bs are the child's, parent's and base's stacks (top first); f
 // is any view of the store (its options are used). Merge takes no view
 // locks, so callers may hold them.
-func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, error) {
+func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
 	child := NewWithStack(f.store, f.alloc, cs, f.opts)
 	parent := NewWithStack(f.store, f.alloc, ps, f.opts)
 	base := NewWithStack(f.store, f.alloc, bs, f.opts)
@@ -32,7 +33,7 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 	defer base.Close()
 	cl, ok := above(cs, bs)
 	if !ok {
-		return nil, errors.New("cowfs: merge base is not below the child")
+		return nil, 0, errors.New("cowfs: merge base is not below the child")
 	}
 	// The parent's changes relative to base: what the parent's layers and
 	// base's layers hold above their common ancestor (they differ when the
@@ -40,12 +41,13 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 	// are compared by the parent's visible values below.
 	k := commonSuffix(ps, bs)
 	if k == 0 {
-		return nil, errors.New("cowfs: merge of unrelated trees")
+		return nil, 0, errors.New("cowfs: merge of unrelated trees")
 	}
 	pl := append(append([]LayerID(nil), ps[:len(ps)-k]...), bs[:len(bs)-k]...)
 	type kvp struct{ k, v []byte }
 	var writes []kvp
 	var conflicts []string
+	applied := 0
 	err := child.store.View(ctx, func(tx kv.Txn) error {
 		writes, conflicts = writes[:0], conflicts[:0]
 		cd, err := loadDelta(tx, cl)
@@ -152,8 +154,16 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 		if len(conflicts) > 0 {
 			return nil
 		}
+		named := map[InodeID]bool{}
 		for id, ce := range cd.entries {
 			writes = append(writes, kvp{entryKey(dst, id.Dir, id.Slot), ce.encode()})
+			named[ce.Ino] = true
+			applied++
+		}
+		for ino, n := range cd.inodes {
+			if n.Type != TypeDir && !named[ino] {
+				applied++ // changed in place
+			}
 		}
 		for _, ino := range inos {
 			cn := cd.inodes[ino]
@@ -189,7 +199,7 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 	})
 	if err != nil || len(conflicts) > 0 {
 		sort.Strings(conflicts)
-		return conflicts, err
+		return conflicts, 0, err
 	}
 	for i := 0; i < len(writes); i += 2000 {
 		j := min(i+2000, len(writes))
@@ -215,10 +225,10 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return nil, nil
+	return nil, applied, nil
 }
 
 // minCut returns the smallest Cut among the records of ino in layers.
