@@ -226,9 +226,20 @@ type GrowthResult struct {
 
 const fileSize = 32 << 20
 
-// settle syncs, compacts, and closes the store, and returns its size on
-// disk and Badger's own estimate.
+// settle runs the branch store's own compaction (reclaim garbage layers,
+// fold deep stacks, reclaim again), then syncs, compacts Badger (Flatten +
+// value-log GC), syncs and closes the store, and returns its size on disk
+// and Badger's own estimate.
 func settle(ctx context.Context, s *Store) (int64, int64, error) {
+	if _, err := s.M.Reclaim(ctx); err != nil {
+		return 0, 0, err
+	}
+	if _, err := s.M.Fold(ctx); err != nil {
+		return 0, 0, err
+	}
+	if _, err := s.M.Reclaim(ctx); err != nil {
+		return 0, 0, err
+	}
 	if err := s.KV.Sync(ctx); err != nil {
 		return 0, 0, err
 	}

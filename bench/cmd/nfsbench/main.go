@@ -6,7 +6,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"time"
 )
 
 const usage = `usage:
@@ -20,11 +23,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
 	}
-	if f := os.Getenv("NFSBENCH_CPUPROFILE"); f != "" {
-		out, err := os.Create(f)
-		if err == nil {
+	// NFSBENCH_PROFILE_DIR=DIR writes cpu, heap, mutex and block profiles
+	// of this process (client side, and the in-process sections) to DIR.
+	if dir := os.Getenv("NFSBENCH_PROFILE_DIR"); dir != "" {
+		runtime.SetMutexProfileFraction(5)
+		runtime.SetBlockProfileRate(int(100 * time.Microsecond))
+		if out, err := os.Create(filepath.Join(dir, "cpu.prof")); err == nil {
 			pprof.StartCPUProfile(out)
-			defer pprof.StopCPUProfile()
+			defer writeProfiles(dir)
 		}
 	}
 	var err error
@@ -41,7 +47,19 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nfsbench:", err)
-		pprof.StopCPUProfile()
+		if dir := os.Getenv("NFSBENCH_PROFILE_DIR"); dir != "" {
+			writeProfiles(dir)
+		}
 		os.Exit(1)
+	}
+}
+
+func writeProfiles(dir string) {
+	pprof.StopCPUProfile()
+	for _, name := range []string{"heap", "mutex", "block"} {
+		if f, err := os.Create(filepath.Join(dir, name+".prof")); err == nil {
+			pprof.Lookup(name).WriteTo(f, 0)
+			f.Close()
+		}
 	}
 }

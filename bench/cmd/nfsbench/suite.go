@@ -130,6 +130,7 @@ func runSuite(args []string) error {
 	commit := fs.String("commit", "unknown", "commit id for the result name")
 	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta (default all; --quick leaves out gotest)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
+	bases := fs.String("bases", "", "comma-separated base sizes (files) for branch operations (default 100,10000,100000; quick 100,1000)")
 	fs.Parse(args)
 
 	cfg := suiteConfig{Quick: *quick, Runs: *runs, SeqMiB: 256, ReqSize: 1 << 20, Conns: 4, Depth: 2,
@@ -137,6 +138,16 @@ func runSuite(args []string) error {
 		MaxCommit: 100e6, Sections: *sections}
 	if *quick {
 		cfg.SeqMiB, cfg.MetaFiles, cfg.Bases, cfg.OpRuns, cfg.BigRuns, cfg.MaxCommit = 32, 1000, []int{100, 1000}, 20, 0, 1e6
+	}
+	if *bases != "" {
+		cfg.Bases = nil
+		for _, b := range strings.Split(*bases, ",") {
+			var n int
+			if _, err := fmt.Sscan(b, &n); err != nil {
+				return fmt.Errorf("--bases: %w", err)
+			}
+			cfg.Bases = append(cfg.Bases, n)
+		}
 	}
 	tmp, err := os.MkdirTemp("", "nfsb")
 	if err != nil {
