@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -46,10 +47,29 @@ const crashChildEnv = "BRANCHNFS_CRASH_CHILD"
 
 // cbranch is one branch of the crash model.
 type cbranch struct {
-	parent      string
-	invalidated bool
-	files       map[string]string // name -> sha256 of the content
-	changed     map[string]bool   // files changed since the fork
+	Parent      string
+	Invalidated bool
+	Files       map[string]string // name -> sha256 of the content
+	Changed     map[string]bool   // files changed since the fork
+	// Checkpoints: label -> files and changed set at the checkpoint.
+	Cps       map[string]map[string]string
+	CpChanged map[string]map[string]bool
+}
+
+func copyFiles(m map[string]string) map[string]string {
+	c := make(map[string]string, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+func copySet(m map[string]bool) map[string]bool {
+	c := make(map[string]bool, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
 }
 
 type cmodel map[string]*cbranch
@@ -58,13 +78,11 @@ func (m cmodel) clone() cmodel {
 	c := cmodel{}
 	for n, b := range m {
 		nb := *b
-		nb.files = map[string]string{}
-		for k, v := range b.files {
-			nb.files[k] = v
-		}
-		nb.changed = map[string]bool{}
-		for k := range b.changed {
-			nb.changed[k] = true
+		nb.Files, nb.Changed = copyFiles(b.Files), copySet(b.Changed)
+		nb.Cps, nb.CpChanged = map[string]map[string]string{}, map[string]map[string]bool{}
+		for l, v := range b.Cps {
+			nb.Cps[l] = copyFiles(v)
+			nb.CpChanged[l] = copySet(b.CpChanged[l])
 		}
 		c[n] = &nb
 	}
@@ -74,7 +92,7 @@ func (m cmodel) clone() cmodel {
 func (m cmodel) descendants(name string) []string {
 	var out []string
 	for n, b := range m {
-		if b.parent == name {
+		if b.Parent == name {
 			out = append(out, n)
 			out = append(out, m.descendants(n)...)
 		}
@@ -83,11 +101,15 @@ func (m cmodel) descendants(name string) []string {
 }
 
 // apply applies one operation line ("write b f sha", "delete b f",
-// "fork p c", "commit c", "abort b") to the model.
+// "fork p c", "commit c", "abort b", "checkpoint b l", "restore b l") to
+// the model. "commit c refused" (a conflict) changes nothing.
 func (m cmodel) apply(op string) error {
 	f := strings.Fields(op)
 	if len(f) < 2 {
 		return fmt.Errorf("bad op %q", op)
+	}
+	if f[0] == "commit" && len(f) == 3 && f[2] == "refused" {
+		return nil
 	}
 	b := m[f[1]]
 	if b == nil && f[0] != "fork" {
@@ -95,37 +117,42 @@ func (m cmodel) apply(op string) error {
 	}
 	switch f[0] {
 	case "write":
-		b.files[f[2]] = f[3]
-		b.changed[f[2]] = true
+		b.Files[f[2]] = f[3]
+		b.Changed[f[2]] = true
 	case "delete":
-		delete(b.files, f[2])
-		b.changed[f[2]] = true
+		delete(b.Files, f[2])
+		b.Changed[f[2]] = true
 	case "fork":
 		p := m[f[1]]
 		if p == nil {
 			return fmt.Errorf("fork of unknown %q", f[1])
 		}
-		c := &cbranch{parent: f[1], files: map[string]string{}, changed: map[string]bool{}}
-		for k, v := range p.files {
-			c.files[k] = v
+		m[f[2]] = &cbranch{Parent: f[1], Files: copyFiles(p.Files), Changed: map[string]bool{},
+			Cps: map[string]map[string]string{}, CpChanged: map[string]map[string]bool{}}
+	case "checkpoint":
+		b.Cps[f[2]] = copyFiles(b.Files)
+		b.CpChanged[f[2]] = copySet(b.Changed)
+	case "restore":
+		if b.Cps[f[2]] == nil {
+			return fmt.Errorf("restore to unknown checkpoint: %q", op)
 		}
-		m[f[2]] = c
+		b.Files, b.Changed = copyFiles(b.Cps[f[2]]), copySet(b.CpChanged[f[2]])
 	case "commit":
-		p := m[b.parent]
-		for k := range b.changed {
-			if v, ok := b.files[k]; ok {
-				p.files[k] = v
+		p := m[b.Parent]
+		for k := range b.Changed {
+			if v, ok := b.Files[k]; ok {
+				p.Files[k] = v
 			} else {
-				delete(p.files, k)
+				delete(p.Files, k)
 			}
-			p.changed[k] = true
+			p.Changed[k] = true
 		}
 		delete(m, f[1])
 		for n, s := range m {
-			if s.parent == b.parent && !s.invalidated {
-				s.invalidated = true
+			if s.Parent == b.Parent && !s.Invalidated {
+				s.Invalidated = true
 				for _, d := range m.descendants(n) {
-					m[d].invalidated = true
+					m[d].Invalidated = true
 				}
 			}
 		}
@@ -163,22 +190,59 @@ func diffModels(got, want cmodel) string {
 			out = append(out, fmt.Sprintf("branch %s missing", n))
 		case w == nil:
 			out = append(out, fmt.Sprintf("unexpected branch %s", n))
-		case g.parent != w.parent || g.invalidated != w.invalidated:
-			out = append(out, fmt.Sprintf("branch %s: parent %q invalidated %v, want %q %v", n, g.parent, g.invalidated, w.parent, w.invalidated))
-		case !w.invalidated:
-			for k, v := range w.files {
-				if g.files[k] != v {
-					out = append(out, fmt.Sprintf("%s/%s: sha %.12s, want %.12s", n, k, g.files[k], v))
+		case g.Parent != w.Parent || g.Invalidated != w.Invalidated:
+			out = append(out, fmt.Sprintf("branch %s: parent %q invalidated %v, want %q %v", n, g.Parent, g.Invalidated, w.Parent, w.Invalidated))
+		case fmt.Sprint(labels(g)) != fmt.Sprint(labels(w)):
+			out = append(out, fmt.Sprintf("branch %s: checkpoints %v, want %v", n, labels(g), labels(w)))
+		case !w.Invalidated:
+			for k, v := range w.Files {
+				if g.Files[k] != v {
+					out = append(out, fmt.Sprintf("%s/%s: sha %.12s, want %.12s", n, k, g.Files[k], v))
 				}
 			}
-			for k := range g.files {
-				if _, ok := w.files[k]; !ok {
+			for k := range g.Files {
+				if _, ok := w.Files[k]; !ok {
 					out = append(out, fmt.Sprintf("%s/%s: unexpected file", n, k))
 				}
 			}
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+func labels(b *cbranch) []string {
+	var out []string
+	for l := range b.Cps {
+		out = append(out, l)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// readBranch returns the content of every file of a branch.
+func readBranch(m *branches.Manager, name string) (map[string][]byte, error) {
+	fs, _, err := m.View(name)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := fs.Billy().ReadDir("/")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, e := range ents {
+		f, err := fs.Billy().Open(e.Name())
+		if err != nil {
+			return nil, err
+		}
+		data, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		out[e.Name()] = data
+	}
+	return out, nil
 }
 
 func sha(p []byte) string { s := sha256.Sum256(p); return hex.EncodeToString(s[:]) }
@@ -193,8 +257,12 @@ func loadCrashModel(ctx context.Context, m *branches.Manager, contents map[strin
 	}
 	out := cmodel{}
 	for _, in := range infos {
-		b := &cbranch{parent: in.Parent, invalidated: in.State == branches.StateInvalidated,
-			files: map[string]string{}, changed: map[string]bool{}}
+		b := &cbranch{Parent: in.Parent, Invalidated: in.State == branches.StateInvalidated,
+			Files: map[string]string{}, Changed: map[string]bool{},
+			Cps: map[string]map[string]string{}, CpChanged: map[string]map[string]bool{}}
+		for _, l := range in.Checkpoints {
+			b.Cps[l] = nil // labels only
+		}
 		out[in.Name] = b
 		switch in.State {
 		case branches.StateInvalidated:
@@ -234,7 +302,7 @@ func loadCrashModel(ctx context.Context, m *branches.Manager, contents map[strin
 			if int64(len(data)) != e.Size() {
 				return nil, fmt.Errorf("%s/%s: read %d bytes, size %d", in.Name, e.Name(), len(data), e.Size())
 			}
-			b.files[e.Name()] = sha(data)
+			b.Files[e.Name()] = sha(data)
 			if contents != nil {
 				contents[in.Name][e.Name()] = data
 			}
@@ -244,7 +312,7 @@ func loadCrashModel(ctx context.Context, m *branches.Manager, contents map[strin
 			return nil, fmt.Errorf("diff %s: %w", in.Name, err)
 		}
 		for _, c := range d.Changes {
-			b.changed[strings.TrimPrefix(c.Path, "/")] = true
+			b.Changed[strings.TrimPrefix(c.Path, "/")] = true
 		}
 	}
 	return out, nil
@@ -293,8 +361,17 @@ func crashChild(dir string, seed uint64, round int) error {
 		return err
 	}
 	contents := map[string]map[string][]byte{}
-	model, err := loadCrashModel(ctx, m, contents)
+	if _, err := loadCrashModel(ctx, m, contents); err != nil {
+		return err
+	}
+	// The parent hands over the model it verified (with checkpoint
+	// contents and changed sets, which the store does not list).
+	js, err := os.ReadFile(dir + ".model")
 	if err != nil {
+		return err
+	}
+	var model cmodel
+	if err := json.Unmarshal(js, &model); err != nil {
 		return err
 	}
 	rng := rand.New(rand.NewPCG(seed, uint64(round)))
@@ -305,7 +382,7 @@ func crashChild(dir string, seed uint64, round int) error {
 		var live, all []string
 		for n, b := range model {
 			all = append(all, n)
-			if !b.invalidated {
+			if !b.Invalidated {
 				live = append(live, n)
 			}
 		}
@@ -318,6 +395,7 @@ func crashChild(dir string, seed uint64, round int) error {
 		// before writing it is a store operation of its own).
 		var preOp string
 		var pre func() error
+		refused := false
 		x := rng.IntN(100)
 		switch {
 		case x < 50: // write: new content, or a patch at a random offset
@@ -419,15 +497,40 @@ func crashChild(dir string, seed uint64, round int) error {
 				}
 				return nil
 			}
-		case x < 90: // commit a live branch without live children
+		case x < 78: // checkpoint
+			b := pick(live)
+			nb++
+			l := fmt.Sprintf("r%dc%d", round, nb)
+			op = fmt.Sprintf("checkpoint %s %s", b, l)
+			do = func() error {
+				_, err := m.Checkpoint(ctx, b, l)
+				return err
+			}
+		case x < 82: // restore
+			b := pick(live)
+			ls := labels(model[b])
+			if len(ls) == 0 {
+				continue
+			}
+			l := pick(ls)
+			op = fmt.Sprintf("restore %s %s", b, l)
+			do = func() error {
+				if err := m.Restore(ctx, b, l); err != nil {
+					return err
+				}
+				c, err := readBranch(m, b)
+				contents[b] = c
+				return err
+			}
+		case x < 92: // commit a live branch without live children
 			var cands []string
 			for _, n := range live {
-				if n == branches.MainBranch || model[model[n].parent].invalidated {
+				if n == branches.MainBranch || model[model[n].Parent].Invalidated {
 					continue
 				}
 				kids := false
 				for _, k := range model.descendants(n) {
-					if model[k].parent == n && !model[k].invalidated {
+					if model[k].Parent == n && !model[k].Invalidated {
 						kids = true
 					}
 				}
@@ -441,11 +544,15 @@ func crashChild(dir string, seed uint64, round int) error {
 			c := pick(cands)
 			op = "commit " + c
 			do = func() error {
-				if _, err := m.Commit(ctx, c); err != nil {
+				if _, err := m.Commit(ctx, c); errors.Is(err, branches.ErrConflict) {
+					// The parent was restored past the fork point.
+					refused = true
+					return nil
+				} else if err != nil {
 					return err
 				}
-				p := model[c].parent
-				for k := range model[c].changed {
+				p := model[c].Parent
+				for k := range model[c].Changed {
 					if v, ok := contents[c][k]; ok {
 						contents[p][k] = v
 					} else {
@@ -485,6 +592,9 @@ func crashChild(dir string, seed uint64, round int) error {
 		if err := do(); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
+		if refused {
+			op += " refused"
+		}
 		say("ACK " + op)
 		if err := model.apply(op); err != nil {
 			return err
@@ -518,6 +628,15 @@ func TestCrash(t *testing.T) {
 	}
 	m.Close()
 	st.Close()
+	saveModel := func(mod cmodel) {
+		js, err := json.Marshal(mod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dir+".model", js, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	exe, err := os.Executable()
 	if err != nil {
@@ -525,6 +644,7 @@ func TestCrash(t *testing.T) {
 	}
 	stats := map[string]int{}
 	for round := 0; round < rounds; round++ {
+		saveModel(model)
 		cmd := exec.Command(exe, "-test.run", "^TestCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %d %s", crashChildEnv, seed, round, dir))
 		out, err := cmd.StdoutPipe()
@@ -585,7 +705,7 @@ func TestCrash(t *testing.T) {
 				pending = strings.TrimPrefix(l, "BEGIN ")
 			case strings.HasPrefix(l, "ACK "):
 				op := strings.TrimPrefix(l, "ACK ")
-				if op != pending {
+				if op != pending && op != pending+" refused" {
 					t.Fatalf("round %d: ACK %q after BEGIN %q", round, op, pending)
 				}
 				if err := before.apply(op); err != nil {
@@ -616,7 +736,9 @@ func TestCrash(t *testing.T) {
 		}
 		dBefore := diffModels(obs, before)
 		state := "before"
+		model = before
 		if dBefore != "" {
+			model = after
 			state = "after"
 			if after == nil {
 				t.Fatalf("round %d (%d acks, killed=%v): store differs from the acknowledged state: %s\nlast lines:\n%s",
@@ -643,7 +765,6 @@ func TestCrash(t *testing.T) {
 		}
 		m.Close()
 		st.Close()
-		model = obs
 		t.Logf("round %d: killed after %v, %d acks, pending %q -> %s; %d branches", round, delay, acks, pending, state, len(obs))
 	}
 	t.Logf("seed %d: acknowledged ops %v", seed, stats)
