@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -45,7 +46,8 @@ func runInit(ctx context.Context, o *initOptions) error {
 	if err != nil {
 		return err
 	}
-	if storeExists(dir) {
+	fresh := !storeExists(dir)
+	if !fresh && !importPending(dir) {
 		return fmt.Errorf("%w at %s", errStoreExists, dir)
 	}
 	_, statErr := os.Stat(dir)
@@ -54,10 +56,22 @@ func runInit(ctx context.Context, o *initOptions) error {
 	if err != nil {
 		return err
 	}
+	if redo, err := recoverImport(ctx, s, o.stderr); err != nil {
+		s.Close()
+		return err
+	} else if !redo && !fresh {
+		// The interrupted import had in fact completed.
+		if err := s.Close(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w at %s", errStoreExists, dir)
+	}
 	if o.From != "" {
-		if err := importIntoMain(ctx, s.mgr, o.From, o.stderr); err != nil {
+		if err := importIntoMain(ctx, s, o.From, o.stderr); err != nil {
 			s.Close()
-			removeNewStore(dir, dirExisted)
+			if fresh {
+				removeNewStore(dir, dirExisted)
+			}
 			return err
 		}
 	}
@@ -80,10 +94,71 @@ func removeNewStore(dir string, dirExisted bool) {
 	}
 }
 
+// importPendingName is STORE/import.pending: it exists while an initial
+// import runs, so that one interrupted by a crash is noticed and redone.
+const importPendingName = "import.pending"
+
+// importPrefix starts the names of the temporary import branches.
+const importPrefix = ".import-"
+
+func importPending(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, importPendingName))
+	return err == nil
+}
+
+// recoverImport cleans up after an initial import that a crash interrupted:
+// it aborts the leftover temporary branch. It reports whether main is
+// still without the import (so --from should run again).
+func recoverImport(ctx context.Context, s *openedStore, w io.Writer) (redo bool, err error) {
+	if !importPending(s.dir) {
+		return false, nil
+	}
+	infos, err := s.mgr.List(ctx)
+	if err != nil {
+		return false, err
+	}
+	redo = true
+	found := false
+	for _, in := range infos {
+		if strings.HasPrefix(in.Name, importPrefix) && in.State == branches.StateLive {
+			found = true
+			if _, err := s.mgr.Abort(ctx, in.Name); err != nil {
+				return false, fmt.Errorf("drop the interrupted import %s: %w", in.Name, err)
+			}
+		}
+	}
+	if !found {
+		// Either the import never forked, or its commit went through and
+		// only the marker was left: main tells which.
+		fs, _, err := s.mgr.View("main")
+		if err != nil {
+			return false, err
+		}
+		ents, _, err := fs.ReadDir(cowfs.RootIno, 0, 1)
+		if err != nil {
+			return false, err
+		}
+		redo = len(ents) == 0
+	}
+	if redo {
+		fmt.Fprintf(w, "branchnfs: the initial import into %s was interrupted; nothing of it was kept\n", s.dir)
+	}
+	if err := os.Remove(filepath.Join(s.dir, importPendingName)); err != nil && !os.IsNotExist(err) {
+		return false, err
+	}
+	return redo, nil
+}
+
 // importIntoMain imports the tree at src into branch main, all or nothing:
 // it imports into a temporary fork of main and commits it.
-func importIntoMain(ctx context.Context, mgr *branches.Manager, src string, progress io.Writer) error {
-	tmp := fmt.Sprintf(".import-%d", time.Now().UnixNano())
+func importIntoMain(ctx context.Context, s *openedStore, src string, progress io.Writer) error {
+	mgr := s.mgr
+	marker := filepath.Join(s.dir, importPendingName)
+	if err := os.WriteFile(marker, []byte(src+"\n"), 0o600); err != nil {
+		return fmt.Errorf("import: %w", err)
+	}
+	defer os.Remove(marker)
+	tmp := fmt.Sprintf("%s%d", importPrefix, time.Now().UnixNano())
 	if _, err := mgr.Fork(ctx, "main", tmp); err != nil {
 		return fmt.Errorf("import: %w", err)
 	}

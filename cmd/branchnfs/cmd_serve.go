@@ -106,6 +106,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		return fmt.Errorf("%w: a server (pid %d) already serves %s on %s", errStoreBusy, st.PID, dir, st.Listen)
 	}
 	fresh := !storeExists(dir)
+	pending := importPending(dir)
 	_, statErr := os.Stat(dir)
 	dirExisted := statErr == nil
 	start := time.Now()
@@ -127,14 +128,20 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if fresh {
 		fmt.Fprintf(o.stderr, "branchnfs: created store %s with branch main\n", dir)
 	}
+	redo, err := recoverImport(ctx, s, o.stderr)
+	if err != nil {
+		return err
+	}
 	if o.From != "" {
-		if fresh {
-			if err := importIntoMain(ctx, s.mgr, o.From, o.stderr); err != nil {
+		if fresh || (pending && redo) {
+			if err := importIntoMain(ctx, s, o.From, o.stderr); err != nil {
 				// Leave no half-made store behind: the next serve --from
 				// would otherwise ignore --from.
-				s.Close()
-				s = nil
-				removeNewStore(dir, dirExisted)
+				if fresh {
+					s.Close()
+					s = nil
+					removeNewStore(dir, dirExisted)
+				}
 				return err
 			}
 		} else {
@@ -245,7 +252,7 @@ func printBanner(ctx context.Context, w io.Writer, mgr *branches.Manager, dir, s
 	}
 	var live []string
 	for _, in := range infos {
-		if in.State == branches.StateLive && !strings.HasPrefix(in.Name, ".import-") {
+		if in.State == branches.StateLive && !strings.HasPrefix(in.Name, importPrefix) {
 			live = append(live, in.Name)
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -124,5 +125,48 @@ func TestDefaultStoreDir(t *testing.T) {
 	g.Store = "/flag/store"
 	if d, _ := g.storeDir(); d != "/flag/store" {
 		t.Fatalf("--store ignored: %q", d)
+	}
+}
+
+// An initial import cut short by a crash leaves its marker and temporary
+// branch; the next init --from drops them and imports again.
+func TestInterruptedImportIsRedone(t *testing.T) {
+	store := filepath.Join(shortTempDir(t), "s")
+	if code, _, _ := runCLI(t, "init", "--store", store); code != 0 {
+		t.Fatal(code)
+	}
+	// Simulate the crash: a temporary import branch and the marker.
+	s, err := openStore(context.Background(), store, openOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.mgr.Fork(context.Background(), "main", importPrefix+"1"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	os.WriteFile(filepath.Join(store, importPendingName), []byte("/src\n"), 0o600)
+
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644)
+	code, _, stderr := runCLI(t, "init", "--from", src, "--store", store)
+	if code != 0 || !strings.Contains(stderr, "was interrupted") || !strings.Contains(stderr, "imported 1 files") {
+		t.Fatalf("init after an interrupted import: %d %q", code, stderr)
+	}
+	code, out, _ := runCLI(t, "list", "--json", "--store", store)
+	var infos []branches.Info
+	if code != 0 || json.Unmarshal([]byte(out), &infos) != nil || len(infos) != 1 {
+		t.Fatalf("leftover import branch: %s", out)
+	}
+	// The marker is gone: a third init says the store exists.
+	if code, _, _ := runCLI(t, "init", "--store", store); code != exitExists {
+		t.Fatalf("init of an initialised store: %d", code)
+	}
+	// A marker left after a completed import is only cleaned up.
+	os.WriteFile(filepath.Join(store, importPendingName), []byte("/src\n"), 0o600)
+	if code, _, stderr := runCLI(t, "init", "--from", src, "--store", store); code != exitExists {
+		t.Fatalf("init over a completed import: %d %q", code, stderr)
+	}
+	if importPending(store) {
+		t.Fatal("marker left behind")
 	}
 }
