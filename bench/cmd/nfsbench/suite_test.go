@@ -1,0 +1,63 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/bench/branchops"
+	"github.com/branchnfs/branchnfs/bench/stats"
+)
+
+func TestParseBench(t *testing.T) {
+	out := `goos: linux
+BenchmarkFork/files=100-2         	      20	     55000 ns/op	        37.00 p50-µs	       289.0 p99-µs
+BenchmarkFork/files=100-2         	      20	     65000 ns/op	        41.00 p50-µs	       300.0 p99-µs
+BenchmarkAbort-2                  	      20	     44000 ns/op
+PASS
+`
+	got := parseBench(out)
+	fork := got["BenchmarkFork/files=100"]
+	if fork["ns/op"].N != 2 || fork["ns/op"].Median != 60000 || fork["p50-µs"].Median != 39 || fork["p99-µs"].Max != 300 {
+		t.Fatalf("fork = %+v", fork)
+	}
+	if got["BenchmarkAbort"]["ns/op"].Median != 44000 {
+		t.Fatalf("abort = %+v", got["BenchmarkAbort"])
+	}
+	if len(got) != 2 {
+		t.Fatalf("parsed %d benchmarks, want 2: %v", len(got), got)
+	}
+}
+
+func TestRenderNamesMissedTargets(t *testing.T) {
+	r := &Results{
+		BranchOpsInProcess: []branchops.OpsResult{{BaseFiles: 100,
+			Fork:   stats.Summarize([]float64{50, 60, 70}),
+			Abort:  stats.Summarize([]float64{10}),
+			Commit: map[string]stats.Summary{"1KB": stats.Summarize([]float64{1500, 1600, 1700})}}},
+		Seq: []seqRow{
+			{Server: "nfs-ganesha (VFS)", Client: "c", Write: stats.Summarize([]float64{100}), Read: stats.Summarize([]float64{1000})},
+			{Server: "branchnfs main", Client: "c", Write: stats.Summarize([]float64{150}), Read: stats.Summarize([]float64{500})},
+		},
+		Storage: []branchops.GrowthResult{{Workload: "EDIT16", AddedMiB: 0.1}, {Workload: "Prepend", AddedMiB: 1}},
+		Memory:  []memRow{{Phase: "p", PeakRSS: 500 << 20}},
+	}
+	md := renderMarkdown(r)
+	i := strings.Index(md, "## Targets missed")
+	if i < 0 {
+		t.Fatalf("no closing section:\n%s", md)
+	}
+	missed := md[i:]
+	for _, want := range []string{"commit 1KB p50 in-process at 100 files", "sequential read, branchnfs main", "storage Prepend", "server memory during p"} {
+		if !strings.Contains(missed, want) {
+			t.Errorf("missed targets lack %q:\n%s", want, missed)
+		}
+	}
+	for _, notWant := range []string{"fork p50", "sequential write", "storage EDIT16", "abort"} {
+		if strings.Contains(missed, notWant) {
+			t.Errorf("missed targets name %q, which met its target:\n%s", notWant, missed)
+		}
+	}
+	if !strings.Contains(md, "| branchnfs main | c | 150 (150–150) | 1.50× |") {
+		t.Errorf("throughput row or ratio wrong:\n%s", md)
+	}
+}
