@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
@@ -50,6 +51,9 @@ func Dial(ctx context.Context, socket string, timeout time.Duration) (*Client, S
 	if err != nil {
 		c.Close()
 		var ae *Error
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, Status{}, fmt.Errorf("control: %s: %w (the control socket is only open to the store's owner)", socket, err)
+		}
 		if errors.As(err, &ae) {
 			// Something answered, but not as a branchnfs server.
 			return nil, Status{}, fmt.Errorf("control: %s does not answer like a branchnfs server: %w", socket, err)

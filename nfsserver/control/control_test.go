@@ -280,6 +280,18 @@ func TestDialNoServer(t *testing.T) {
 	ln.Close()
 }
 
+func TestDialPermissionDenied(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root ignores socket permissions")
+	}
+	_, _, sock := startServer(t)
+	os.Chmod(sock, 0)
+	defer os.Chmod(sock, 0o600)
+	if _, _, err := Dial(context.Background(), sock, time.Second); err == nil || errors.Is(err, ErrNoServer) || !strings.Contains(err.Error(), "owner") {
+		t.Fatalf("Dial without permission: %v", err)
+	}
+}
+
 func TestListenRefusesLongPathAndNonSocket(t *testing.T) {
 	if _, err := Listen("/tmp/" + strings.Repeat("d", 120) + "/control.sock"); err == nil || !strings.Contains(err.Error(), "shorter store path") {
 		t.Fatalf("long path: %v", err)
