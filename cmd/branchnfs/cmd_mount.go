@@ -165,6 +165,9 @@ func (o *mountOptions) serverAddr(ctx context.Context) (host string, port int, c
 	} else if !errors.Is(err, control.ErrNoServer) {
 		return "", 0, nil, err
 	}
+	if o.Port != 0 {
+		return "127.0.0.1", o.Port, nil, nil
+	}
 	if si, err := readServeInfo(dir); err == nil && si.Port > 0 {
 		fmt.Fprintf(o.stderr, "branchnfs: no server running on %s; using the port it last listened on (%d)\n", dir, si.Port)
 		return mountHost(si.Listen), si.Port, nil, nil
