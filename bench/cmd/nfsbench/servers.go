@@ -152,6 +152,14 @@ func (s *server) memory() (hwm, rss, anon, file int64) {
 	return hwm, rss, anon, file
 }
 
+// resetPeak resets the process's VmHWM to its current RSS (Linux
+// clear_refs "5"), so the next memory() reports the peak since now.
+func (s *server) resetPeak() {
+	if s != nil && s.cmd != nil && s.cmd.Process != nil {
+		_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", s.cmd.Process.Pid), []byte("5"), 0)
+	}
+}
+
 func startGanesha(tmp string) (*server, error) {
 	dir := filepath.Join(tmp, "ganesha")
 	s := &server{kind: "ganesha", root: filepath.Join(dir, "export"), logPath: filepath.Join(dir, "ganesha.log")}

@@ -531,15 +531,23 @@ func (s *suite) nfsWorkloads() {
 			peers = append(peers, peer{"go-nfs osnfs", o, o.target(""), true})
 		}
 	}
+	var bsrv *server
+	for _, p := range peers {
+		if p.srv.kind == "branchnfs" {
+			bsrv = p.srv
+		}
+	}
 	if s.sections["seq"] {
 		s.seq(peers)
+		if bsrv != nil {
+			s.recordMem(fmt.Sprintf("sequential %d MiB write+read, main and depth 3", s.cfg.SeqMiB), bsrv)
+			bsrv.resetPeak()
+		}
 	}
 	if s.sections["meta"] {
 		s.meta(peers)
-	}
-	for _, p := range peers {
-		if p.srv.kind == "branchnfs" && p.label == "branchnfs main" {
-			s.recordMem("NFS workloads (seq + meta)", p.srv)
+		if bsrv != nil {
+			s.recordMem(fmt.Sprintf("metadata, %d files", s.cfg.MetaFiles), bsrv)
 		}
 	}
 }
