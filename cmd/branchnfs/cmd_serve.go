@@ -170,8 +170,12 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	}
 	ctl, err := control.NewServer(control.ServerOptions{
 		Backend: s.mgr,
-		Status:  func() control.Status { return status },
-		Logger:  logger,
+		Status: func() control.Status {
+			st := status
+			st.NFS = nfs.Metrics()
+			return st
+		},
+		Logger: logger,
 	})
 	if err != nil {
 		ln.Close()

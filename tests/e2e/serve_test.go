@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
 
 // serve --from imports into a new store, prints the mount commands, and
@@ -25,6 +28,14 @@ func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
 	mainT, _ := c.mount(t, "/main")
 	if got := mustRead(t, mainT, "/readme.txt"); string(got) != "imported" {
 		t.Fatalf("readme.txt = %q", got)
+	}
+	cl, st, err := control.Dial(context.Background(), control.SocketPath(store), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	if m, ok := st.NFS.(map[string]any); !ok || m["Requests"].(float64) < 1 {
+		t.Fatalf("status has no NFS counters: %+v", st)
 	}
 	out := srv.out.String()
 	for _, want := range []string{"imported 1 files, 0 dirs, 1 symlinks", "127.0.0.1:/main", "127.0.0.1:/ ", "control.sock"} {
