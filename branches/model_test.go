@@ -595,6 +595,12 @@ func (r *modelRun) predictMerge(c, p *mbranch) (outcome, *mstate, string) {
 		if d == nil || d.kids == nil {
 			continue
 		}
+		if entryVal(c.st, k) == 0 && entryVal(c.base, k) == 0 {
+			// Created and removed again in the child: when the merge
+			// succeeds the child left no record, and the parent's value
+			// stays.
+			continue
+		}
 		if v := entryVal(c.st, k); v != 0 {
 			d.kids[k.name] = v
 		} else {
