@@ -279,3 +279,42 @@ func Meta(t nfsclient.Target, o MetaOptions) (MetaResult, error) {
 	}
 	return res, nil
 }
+
+// ReadExisting reads an existing file of the export's root, name, with the
+// same request pattern as Seq, and compares it with want. It returns MiB/s.
+func ReadExisting(t nfsclient.Target, name string, want []byte, o SeqOptions) (float64, error) {
+	c0, err := nfsclient.Dial(t)
+	if err != nil {
+		return 0, err
+	}
+	defer c0.Close()
+	conns := []*nfsclient.Conn{c0}
+	for len(conns) < o.Conns {
+		c, err := nfsclient.DialHandle(t, c0.Root)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	fh, a, err := c0.Lookup(c0.Root, name)
+	if err != nil {
+		return 0, err
+	}
+	if a.Filesize != uint64(len(want)) {
+		return 0, fmt.Errorf("%s has %d bytes, want %d", name, a.Filesize, len(want))
+	}
+	back := make([]byte, len(want))
+	start := time.Now()
+	err = parallel(conns, o.Depth, len(want), min(o.ReqSize, int(c0.RTMax)), func(c *nfsclient.Conn, off, end int) error {
+		return c.ReadFull(fh, uint64(off), back[off:end])
+	})
+	if err != nil {
+		return 0, err
+	}
+	secs := time.Since(start).Seconds()
+	if sha256.Sum256(back) != sha256.Sum256(want) {
+		return 0, fmt.Errorf("%s: checksum mismatch (first differing byte at %d)", name, firstDiff(want, back))
+	}
+	return float64(len(want)) / (1 << 20) / secs, nil
+}

@@ -504,6 +504,11 @@ func (s *suite) nfsWorkloads() {
 			}
 			stops = append(stops, srv)
 			peers = append(peers, peer{"branchnfs main", srv, srv.target("main"), true})
+			// A file in main that the branch three levels deep reads
+			// through its stack.
+			if err := nfsWrite(srv.target("main"), "inherited.bin", workload.Data(1, s.cfg.SeqMiB<<20)); err != nil {
+				return err
+			}
 			parent := "main"
 			for _, b := range []string{"d1", "d2", "d3"} {
 				if _, err := branchnfsCLI(s.bnfs, "fork", "--store", store, parent, b); err != nil {
@@ -609,9 +614,34 @@ func (s *suite) seq(peers []peer) {
 			s.res.Seq = append(s.res.Seq, a.row)
 		}
 	}
+	for _, p := range peers {
+		if p.label == "branchnfs depth 3" {
+			s.seqInherited(p, data)
+		}
+	}
 	if s.bnfs != "" {
 		s.seqDirect(data)
 	}
+}
+
+// seqInherited reads, through the branch three levels deep, a file written
+// in main before the forks: every block resolves through the stack.
+func (s *suite) seqInherited(p peer, data []byte) {
+	row := seqRow{Server: p.label + ", file inherited from main", Client: fmt.Sprintf("Go (%d KiB req, %d conns x %d in flight)", s.cfg.ReqSize>>10, s.cfg.Conns, s.cfg.Depth)}
+	var r []float64
+	for run := 0; run < s.cfg.Runs; run++ {
+		s.logf("seq %s inherited read run %d", p.label, run+1)
+		v, err := workload.ReadExisting(p.t, "inherited.bin", data, workload.SeqOptions{ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth})
+		if err != nil {
+			row.Error = err.Error()
+			s.fail("seq inherited "+p.label, err)
+			break
+		}
+		r = append(r, v)
+		row.Verified++
+	}
+	row.Read = stats.Summarize(r)
+	s.res.Seq = append(s.res.Seq, row)
 }
 
 // seqDirect is the reference row: the same file through cowfs in-process,
