@@ -395,11 +395,10 @@ func (m *Manager) fullInfo(ctx context.Context, b *branch) (Info, error) {
 	m.mu.RUnlock()
 	sort.Strings(in.Children)
 	if fs != nil && rec.Base != 0 {
-		stack, err := cowfs.LoadStack(ctx, m.store, rec.Top)
-		if err != nil {
-			return in, err
-		}
-		if in.BytesChanged, err = cowfs.DeltaBytes(ctx, fs, stack, rec.Base); err != nil {
+		// The view's stack, not the stored one: an abort and the reclaimer
+		// may delete layers meanwhile, which only makes the count smaller.
+		var err error
+		if in.BytesChanged, err = cowfs.DeltaBytes(ctx, fs, fs.Stack(), rec.Base); err != nil {
 			return in, err
 		}
 	}

@@ -35,6 +35,21 @@ var (
 
 const maxSymlinkHops = 40
 
+// baseName is the last component of a cleaned path, "/" for the root.
+func baseName(p string) string {
+	parts, err := splitPath(p)
+	if err != nil || len(parts) == 0 {
+		return "/"
+	}
+	return parts[len(parts)-1]
+}
+
+// cleanName is p relative to the root, cleaned ("" for the root).
+func cleanName(p string) string {
+	parts, _ := splitPath(p)
+	return strings.Join(parts, "/")
+}
+
 // splitPath validates and splits a path into its components.
 func splitPath(p string) ([]string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
@@ -164,7 +179,10 @@ func (f *Billy) Open(filename string) (billy.File, error) {
 
 // OpenFile opens a file with os.OpenFile's flags.
 func (f *Billy) OpenFile(filename string, flag int, perm os.FileMode) (billy.File, error) {
-	a, err := f.resolve(filename, true)
+	// With O_CREATE|O_EXCL a symlink in the last component is not followed:
+	// it exists, so the open fails with EEXIST (POSIX).
+	excl := flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0
+	a, err := f.resolve(filename, !excl)
 	switch {
 	case err == nil:
 		if flag&os.O_CREATE != 0 && flag&os.O_EXCL != 0 {
@@ -194,7 +212,7 @@ func (f *Billy) OpenFile(filename string, flag int, perm os.FileMode) (billy.Fil
 			return nil, wrap("open", filename, err)
 		}
 	}
-	file := &File{fs: f.FS, ino: a.Ino, name: filename, flag: flag}
+	file := &File{fs: f.FS, ino: a.Ino, name: cleanName(filename), flag: flag}
 	if flag&os.O_APPEND != 0 {
 		file.append = true
 	}
@@ -207,7 +225,7 @@ func (f *Billy) Stat(filename string) (os.FileInfo, error) {
 	if err != nil {
 		return nil, wrap("stat", filename, err)
 	}
-	return &FileInfo{a}, nil
+	return &FileInfo{a, baseName(filename)}, nil
 }
 
 // Lstat returns the FileInfo of filename without following a final symlink.
@@ -216,7 +234,7 @@ func (f *Billy) Lstat(filename string) (os.FileInfo, error) {
 	if err != nil {
 		return nil, wrap("lstat", filename, err)
 	}
-	return &FileInfo{a}, nil
+	return &FileInfo{a, baseName(filename)}, nil
 }
 
 // Rename moves oldpath to newpath, creating no directories.
@@ -302,7 +320,7 @@ func (f *Billy) ReadDir(p string) ([]os.FileInfo, error) {
 			if err != nil {
 				continue // removed meanwhile
 			}
-			out = append(out, &FileInfo{a})
+			out = append(out, &FileInfo{a, e.Name})
 			cookie = e.Cookie
 		}
 		if eof || len(ents) == 0 {
@@ -494,15 +512,14 @@ func GoMode(a Attr) os.FileMode {
 	return m
 }
 
-// FileInfo is the os.FileInfo of an inode; Sys returns *Attr.
-type FileInfo struct{ A Attr }
-
-func (i *FileInfo) Name() string {
-	if i.A.Ino == RootIno {
-		return "/"
-	}
-	return i.A.Name
+// FileInfo is the os.FileInfo of an inode reached by a name (a hard
+// link's names differ); Sys returns *Attr.
+type FileInfo struct {
+	A    Attr
+	name string
 }
+
+func (i *FileInfo) Name() string { return i.name }
 func (i *FileInfo) Size() int64        { return int64(i.A.Size) }
 func (i *FileInfo) Mode() os.FileMode  { return GoMode(i.A) }
 func (i *FileInfo) ModTime() time.Time { return i.A.Mtime }

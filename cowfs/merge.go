@@ -97,7 +97,8 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 				}
 				cAttr := cn.Mode != bn.Mode || cn.UID != bn.UID || cn.GID != bn.GID
 				pAttr := pn.Mode != bn.Mode || pn.UID != bn.UID || pn.GID != bn.GID
-				if cAttr && pAttr {
+				cMoved, pMoved := !sameLinks(cn.Links, bn.Links), !sameLinks(pn.Links, bn.Links)
+				if cAttr && pAttr || cMoved && pMoved && !sameLinks(cn.Links, pn.Links) {
 					conflicts = append(conflicts, nameOf(cn, child, cst))
 					continue
 				}
@@ -107,7 +108,7 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 				}
 				m.Mtime, m.Ctime = max(pn.Mtime, cn.Mtime), max(pn.Ctime, cn.Ctime)
 				m.Nlink = uint32(int64(pn.Nlink) + int64(cn.Nlink) - int64(bn.Nlink))
-				if cn.Links != nil && (len(bn.Links) == 0 || cn.Links[0] != bn.Links[0]) {
+				if cMoved {
 					m.Links = cn.Links // the child moved it
 				}
 				cd.inodes[ino] = m
@@ -150,6 +151,12 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 				name = pe.Name
 			}
 			conflicts = append(conflicts, path.Join(dir, name))
+		}
+		if len(conflicts) == 0 {
+			// Directories moved on both sides may now contain each other.
+			if c := mergedCycle(tx, parent, pst, base, bst, cd, pd); c != "" {
+				conflicts = append(conflicts, c)
+			}
 		}
 		if len(conflicts) > 0 {
 			return nil
@@ -371,4 +378,63 @@ func commonSuffix(a, b []LayerID) int {
 		k++
 	}
 	return k
+}
+
+func sameLinks(a, b []link) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// mergedCycle checks that every directory the child moved still reaches the
+// root once the child's moves are applied over the parent, and returns the
+// path of one that would not (a cycle), or "".
+func mergedCycle(tx kv.Txn, parent *FS, pst state, base *FS, bst state, cd, pd *delta) string {
+	moved := map[InodeID]InodeID{} // dir -> new parent, child's moves
+	for ino, n := range cd.inodes {
+		if n.Type != TypeDir || n.Deleted || len(n.Links) == 0 {
+			continue
+		}
+		if bn, _, err := base.getInode(tx, bst, ino); err == nil && sameLinks(bn.Links, n.Links) {
+			continue // not moved by the child
+		}
+		moved[ino] = n.Links[0].Dir
+	}
+	if len(moved) == 0 || len(pd.inodes) == 0 {
+		return ""
+	}
+	parentOf := func(ino InodeID) (InodeID, bool) {
+		if p, ok := moved[ino]; ok {
+			return p, true
+		}
+		n, _, err := parent.getInode(tx, pst, ino)
+		if err != nil || len(n.Links) == 0 {
+			return 0, false
+		}
+		return n.Links[0].Dir, true
+	}
+	for start := range moved {
+		seen := map[InodeID]bool{}
+		for cur := start; cur != RootIno; {
+			if seen[cur] {
+				if p, err := parent.pathInTx(tx, pst, start); err == nil {
+					return p + " (moved into itself by the two sides' renames)"
+				}
+				return cd.inodes[start].Links[0].Name + " (moved into itself by the two sides' renames)"
+			}
+			seen[cur] = true
+			p, ok := parentOf(cur)
+			if !ok {
+				break
+			}
+			cur = p
+		}
+	}
+	return ""
 }

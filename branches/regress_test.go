@@ -1,7 +1,8 @@
-// Minimal failing tests for bugs found by the model, crash, race and go-billy
-// suite tests (reported to the lead). To run them: copy this file to
-// branches/known_bugs_test.go (package branches_test; it uses the helpers of
-// lifecycle_test.go) and `go test ./branches -run TestKnownBug -v`.
+// Regression tests for bugs the model, crash, race and go-billy suite tests
+// found; each comment names the cause that was fixed.
+
+package branches_test; it uses the helpers of
+// lifecycle_test.go) and `go test ./branches -run TestRegression -v`.
 // Each test fails on the code as of commit ac9b7c0.
 
 package branches_test
@@ -25,7 +26,7 @@ import (
 // the parent ends with the directory under two names: /x and /y are the
 // same directory inode, a hard-linked directory. Expected: a conflict (the
 // path of d was changed on both sides).
-func TestKnownBugDirMovedOnBothSides(t *testing.T) {
+func TestRegressionDirMovedOnBothSides(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t)
 	write(t, m, "main", "d/f", "x")
@@ -54,7 +55,7 @@ func TestKnownBugDirMovedOnBothSides(t *testing.T) {
 // vanish from the root: they now only contain each other (an unreachable
 // cycle; fa and fb are lost). Expected: a conflict, or any merge that keeps
 // every directory reachable.
-func TestKnownBugMergeMakesACycle(t *testing.T) {
+func TestRegressionMergeMakesACycle(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t)
 	write(t, m, "main", "a/fa", "A")
@@ -87,7 +88,7 @@ func TestKnownBugMergeMakesACycle(t *testing.T) {
 // stack from the view (b.fs.Stack()) and have the reclaimer not delete
 // layers a concurrent reader holds (e.g. hold opMu's read side in List, or
 // retry when the branch state changed meanwhile).
-func TestKnownBugListDuringAbort(t *testing.T) {
+func TestRegressionListDuringAbort(t *testing.T) {
 	ctx := context.Background()
 	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
 	if err != nil {
@@ -137,7 +138,7 @@ func TestKnownBugListDuringAbort(t *testing.T) {
 // through a symlink answers the target's name. Fix: FileInfo carries the
 // name it was reached by: path.Base of the cleaned path in Stat/Lstat, the
 // DirEntry's Name in ReadDir.
-func TestKnownBugReadDirHardLinkName(t *testing.T) {
+func TestRegressionReadDirHardLinkName(t *testing.T) {
 	m := newManager(t)
 	write(t, m, "main", "a", "x")
 	fs, _, _ := m.View("main")
@@ -171,7 +172,7 @@ func TestKnownBugReadDirHardLinkName(t *testing.T) {
 // and O_EXCL, a symlink in the last component is not followed and open
 // fails with EEXIST. Fix: resolve the last component with follow=false when
 // flag has O_CREATE|O_EXCL.
-func TestKnownBugCreateExclOnSymlinkLoop(t *testing.T) {
+func TestRegressionCreateExclOnSymlinkLoop(t *testing.T) {
 	m := newManager(t)
 	fs, _, _ := m.View("main")
 	b := fs.Billy()
@@ -187,7 +188,7 @@ func TestKnownBugCreateExclOnSymlinkLoop(t *testing.T) {
 // Bug 6 (cowfs/billy.go, Billy.OpenFile): File.Name() keeps a leading "/"
 // ("/bar/foo"); go-billy's suite expects the cleaned relative name
 // ("bar/foo").
-func TestKnownBugFileNameLeadingSlash(t *testing.T) {
+func TestRegressionFileNameLeadingSlash(t *testing.T) {
 	m := newManager(t)
 	fs, _, _ := m.View("main")
 	f, err := fs.Billy().Create("/foo")
