@@ -112,7 +112,7 @@ type OpsResult struct {
 var CommitSizes = []struct {
 	Label string
 	Bytes int
-}{{"1KB", 1000}, {"1MB", 1000 * 1000}, {"100MB", 100 * 1000 * 1000}}
+}{{"1KB", 1000}, {"100KB", 100 * 1000}, {"1MB", 1000 * 1000}, {"100MB", 100 * 1000 * 1000}}
 
 // Ops measures, on a fresh store in dir holding baseFiles files in main:
 // forks of main (n of them, then each aborted, timing both), and commits of

@@ -17,7 +17,7 @@ func TestOps(t *testing.T) {
 	if r.Fork.N != 4 || r.Abort.N != 4 || r.Fork.Median <= 0 {
 		t.Fatalf("fork/abort = %+v / %+v", r.Fork, r.Abort)
 	}
-	for _, l := range []string{"1KB", "1MB"} {
+	for _, l := range []string{"1KB", "100KB", "1MB"} {
 		if r.Commit[l].N != 3 || r.CommitSynced[l].N != 3 {
 			t.Fatalf("commit %s: %+v / %+v", l, r.Commit[l], r.CommitSynced[l])
 		}

@@ -13,6 +13,7 @@ import (
 var branchFSRef = map[string]string{
 	"fork":         "~300 µs",
 	"commit 1KB":   "317 µs",
+	"commit 100KB": "514 µs",
 	"commit 1MB":   "2.1 ms",
 	"commit 100MB": "—",
 	"abort":        "~300–900 µs",
@@ -109,7 +110,7 @@ func renderMarkdown(r *Results) string {
 		for i, x := range r.BranchOpsInProcess {
 			inproc[x.BaseFiles] = i
 		}
-		for _, op := range []string{"fork", "commit 1KB", "commit 1MB", "commit 100MB", "abort"} {
+		for _, op := range []string{"fork", "commit 1KB", "commit 100KB", "commit 1MB", "commit 100MB", "abort"} {
 			for _, base := range bases {
 				var ip, ap stats.Summary
 				if i, ok := inproc[base]; ok {
@@ -155,7 +156,7 @@ func renderMarkdown(r *Results) string {
 		}
 		for _, x := range r.BranchOpsInProcess {
 			var parts []string
-			for _, cs := range []string{"1KB", "1MB", "100MB"} {
+			for _, cs := range []string{"1KB", "100KB", "1MB", "100MB"} {
 				if v, ok := x.CommitSynced[cs]; ok && v.N > 0 {
 					parts = append(parts, fmt.Sprintf("%s %s", cs, p50p99(v)))
 				}
