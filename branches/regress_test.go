@@ -1,10 +1,6 @@
 // Regression tests for bugs the model, crash, race and go-billy suite tests
 // found; each comment names the cause that was fixed.
 
-package branches_test; it uses the helpers of
-// lifecycle_test.go) and `go test ./branches -run TestRegression -v`.
-// Each test fails on the code as of commit ac9b7c0.
-
 package branches_test
 
 import (

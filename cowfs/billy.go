@@ -519,7 +519,7 @@ type FileInfo struct {
 	name string
 }
 
-func (i *FileInfo) Name() string { return i.name }
+func (i *FileInfo) Name() string       { return i.name }
 func (i *FileInfo) Size() int64        { return int64(i.A.Size) }
 func (i *FileInfo) Mode() os.FileMode  { return GoMode(i.A) }
 func (i *FileInfo) ModTime() time.Time { return i.A.Mtime }
