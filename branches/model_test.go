@@ -272,7 +272,19 @@ func (r *modelRun) step() string {
 			r.abort(r.pickAny())
 		}
 	case x < 90:
-		r.commit(r.pick(live))
+		// Mostly leaves, which can commit; sometimes any branch, to check
+		// the refusals (main, live children).
+		var leaves []string
+		for _, n := range live {
+			if n != branches.MainBranch && !r.hasLiveKids(n) {
+				leaves = append(leaves, n)
+			}
+		}
+		if len(leaves) > 0 && r.rng.IntN(5) > 0 {
+			r.commit(r.pick(leaves))
+		} else {
+			r.commit(r.pick(live))
+		}
 	case x < 93:
 		r.abort(r.pickAny())
 	case x < 96:
@@ -283,6 +295,15 @@ func (r *modelRun) step() string {
 		r.forkCheckpoint(r.pick(live))
 	}
 	return ""
+}
+
+func (r *modelRun) hasLiveKids(name string) bool {
+	for _, b := range r.br {
+		if b.parent == name && !b.invalidated {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *modelRun) pickAny() string {
@@ -452,6 +473,9 @@ func (r *modelRun) commit(name string) {
 		r.logf("commit %s into %s: ok fast=%v changes=%d invalidated=%v (model: %v %s)", name, c.parent,
 			res.FastPath, res.Changes, res.Invalidated, want, why)
 		r.counts["commit-ok"]++
+		if !res.FastPath {
+			r.counts["commit-merged"]++
+		}
 		if want == expConflict {
 			r.fail("commit %s into %s succeeded, model expects a conflict: %s", name, c.parent, why)
 			return
