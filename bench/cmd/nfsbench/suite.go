@@ -137,7 +137,7 @@ func runSuite(args []string) error {
 		MetaFiles: 10000, MetaWorkers: 4, Bases: []int{100, 10000, 100000}, OpRuns: 50, BigRuns: 5,
 		MaxCommit: 100e6, Sections: *sections}
 	if *quick {
-		cfg.SeqMiB, cfg.MetaFiles, cfg.Bases, cfg.OpRuns, cfg.BigRuns, cfg.MaxCommit = 32, 1000, []int{100, 1000}, 20, 0, 1e6
+		cfg.SeqMiB, cfg.MetaFiles, cfg.Bases, cfg.OpRuns, cfg.BigRuns, cfg.MaxCommit = 16, 500, []int{100, 1000}, 20, 0, 1e6
 	}
 	if *bases != "" {
 		cfg.Bases = nil
