@@ -318,26 +318,53 @@ func appendRead(r io.Reader, buf []byte, n int) ([]byte, error) {
 	return buf, err
 }
 
+// Buffers for records and replies come from pools by size class, so 64
+// KiB and 1 MiB READs and WRITEs reuse buffers instead of allocating (and
+// zeroing) fresh ones each time. The largest class holds any record or
+// READ reply.
+var bufClasses = [...]int{16 << 10, 160 << 10, maxRecord}
+
+var bufPools [len(bufClasses)]sync.Pool
+
+func getBuf() []byte { return getClassBuf(0) }
+
+func getClassBuf(class int) []byte {
+	if p, _ := bufPools[class].Get().(*[]byte); p != nil {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, bufClasses[class])
+}
+
+// growBuf extends buf by n bytes, moving it to a buffer of a larger class
+// when needed (the old buffer goes back to its pool).
 func growBuf(buf []byte, n int) []byte {
 	l := len(buf)
-	if cap(buf)-l < n {
-		nb := make([]byte, l, max(2*cap(buf), l+n))
+	if need := l + n; cap(buf) < need {
+		var nb []byte
+		for class, c := range bufClasses {
+			if c >= need {
+				nb = getClassBuf(class)[:l]
+				break
+			}
+		}
+		if nb == nil { // cannot happen: records and replies are bounded
+			nb = make([]byte, l, need)
+		}
 		copy(nb, buf)
+		putBuf(buf)
 		buf = nb
 	}
 	return buf[:l+n]
 }
 
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 8<<10); return &b }}
-
-func getBuf() []byte { return (*bufPool.Get().(*[]byte))[:0] }
-
 func putBuf(b []byte) {
-	if b == nil || cap(b) > maxRecord+maxRecord/4 {
-		return
+	for class, c := range bufClasses {
+		if cap(b) == c {
+			b = b[:0]
+			bufPools[class].Put(&b)
+			return
+		}
 	}
-	b = b[:0]
-	bufPool.Put(&b)
 }
 
 // send queues a reply record whose first 4 bytes were reserved for the
