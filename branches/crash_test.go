@@ -257,6 +257,9 @@ func loadCrashModel(ctx context.Context, m *branches.Manager, contents map[strin
 	}
 	out := cmodel{}
 	for _, in := range infos {
+		if in.State == branches.StateCommitted || in.State == branches.StateAborted {
+			continue // history: List keeps committed and aborted branches
+		}
 		b := &cbranch{Parent: in.Parent, Invalidated: in.State == branches.StateInvalidated,
 			Files: map[string]string{}, Changed: map[string]bool{},
 			Cps: map[string]map[string]string{}, CpChanged: map[string]map[string]bool{}}

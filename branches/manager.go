@@ -394,6 +394,9 @@ func (m *Manager) fullInfo(ctx context.Context, b *branch) (Info, error) {
 	rec := b.rec
 	m.mu.RUnlock()
 	sort.Strings(in.Children)
+	if rec.State != StateLive && rec.State != StateInvalidated {
+		return in, nil // its layers now belong to its parent, or to nobody
+	}
 	if fs != nil && rec.Base != 0 {
 		// The view's stack, not the stored one: an abort and the reclaimer
 		// may delete layers meanwhile, which only makes the count smaller.
@@ -413,12 +416,12 @@ func (m *Manager) fullInfo(ctx context.Context, b *branch) (Info, error) {
 	return in, err
 }
 
-// List describes every live and invalidated branch, parents before
-// children, siblings by name.
+// List describes every branch the store knows, committed and aborted ones
+// included (check State), parents before children, siblings by name.
 func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	m.mu.RLock()
 	var bs []*branch
-	for _, b := range m.byName {
+	for _, b := range m.byID {
 		bs = append(bs, b)
 	}
 	m.mu.RUnlock()

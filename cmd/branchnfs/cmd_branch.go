@@ -126,11 +126,11 @@ func runCommit(ctx context.Context, o *nameOptions) error {
 		if o.JSON {
 			return writeJSON(o.stdout, res)
 		}
-		how := "merged"
 		if res.FastPath {
-			how = "fast path"
+			fmt.Fprintf(o.stdout, "committed %s into %s (fast path: the parent had not changed)\n", res.Branch, res.Parent)
+		} else {
+			fmt.Fprintf(o.stdout, "committed %s into %s (merged %d change(s))\n", res.Branch, res.Parent, res.Changes)
 		}
-		fmt.Fprintf(o.stdout, "committed %s into %s (%s, %d change(s))\n", res.Branch, res.Parent, how, res.Changes)
 		if len(res.Invalidated) > 0 {
 			fmt.Fprintf(o.stdout, "invalidated: %s\n", strings.Join(res.Invalidated, ", "))
 		}
