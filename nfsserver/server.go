@@ -33,6 +33,8 @@ type Branches interface {
 	Secret() []byte
 }
 
+var _ Branches = (*branches.Manager)(nil)
+
 // Options configures a Server. The zero value means defaults, except
 // Branches, which is required.
 type Options struct {
