@@ -368,6 +368,22 @@ func (m *Manager) infoLocked(b *branch) Info {
 	return in
 }
 
+// Live lists the live branches from memory, without touching the store:
+// cheap enough for every NFS request on the root export. Only the fields
+// infoLocked fills are set (no sizes, checkpoints or children).
+func (m *Manager) Live() []Info {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]Info, 0, len(m.byName))
+	for _, b := range m.byName {
+		if b.rec.State == StateLive {
+			out = append(out, m.infoLocked(b))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
 // Get describes one live or invalidated branch.
 func (m *Manager) Get(ctx context.Context, name string) (Info, error) {
 	m.mu.RLock()

@@ -40,6 +40,9 @@ func nfsStatus(err error) (st nfs.NFSStatus, ok bool) {
 	case errors.Is(err, branches.ErrStale), errors.Is(err, branches.ErrNotFound):
 		// A handle's branch was invalidated, committed or aborted.
 		return nfs.NFSStatusStale, true
+	case errors.Is(err, branches.ErrInvalidName):
+		// An export or root-export name that cannot be a branch.
+		return nfs.NFSStatusNoEnt, true
 	case errors.Is(err, branches.ErrNoSpace):
 		return nfs.NFSStatusNoSPC, true
 	case errors.Is(err, branches.ErrReadOnly):

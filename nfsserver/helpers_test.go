@@ -29,7 +29,7 @@ func (f *fakeBranches) ViewByID(id branches.BranchID) (*cowfs.FS, branches.Info,
 	return nil, branches.Info{}, branches.ErrNotFound
 }
 
-func (f *fakeBranches) List(ctx context.Context) ([]branches.Info, error) { return f.infos, nil }
+func (f *fakeBranches) Live() []branches.Info { return f.infos }
 
 func (f *fakeBranches) Secret() []byte { return bytes.Repeat([]byte{7}, 32) }
 

@@ -70,10 +70,7 @@ type rootState struct {
 
 // liveBranches lists the live branches, sorted by id.
 func (s *Server) liveBranches(ctx context.Context) ([]branches.Info, error) {
-	all, err := s.opts.Branches.List(ctx)
-	if err != nil {
-		return nil, err
-	}
+	all := s.opts.Branches.Live()
 	live := all[:0:0]
 	for _, b := range all {
 		if b.State == branches.StateLive && b.ID != rootBranch {

@@ -28,7 +28,9 @@ type Branches interface {
 	// ViewByID is View by branch id (NFS handles carry the id).
 	ViewByID(id branches.BranchID) (*cowfs.FS, branches.Info, error)
 	// List returns every branch; the server exports the live ones.
-	List(ctx context.Context) ([]branches.Info, error)
+	// Live lists the live branches, cheaply (called on every request of
+	// the root export).
+	Live() []branches.Info
 	// Secret returns the store's 32-byte key for the MACs on file handles.
 	Secret() []byte
 }
