@@ -175,19 +175,21 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 	case r.ref[0] == refInline:
 		data = r.ref[1:]
 	case r.ref[0] == refHash && len(r.ref) == 33:
-		v, err := br.tx.Get(contentKey(r.ref[1:]))
-		if err != nil {
-			return err
-		}
-		data = v
+		// Copy straight out of the store's buffer.
+		return br.tx.GetFunc(contentKey(r.ref[1:]), func(v []byte) error {
+			if uint64(len(v)) > r.limit {
+				v = v[:r.limit]
+			}
+			copy(dst, v)
+			return nil
+		})
 	case r.ref[0] == refPatch && len(r.ref) >= 33:
-		v, err := br.tx.Get(contentKey(r.ref[1:33]))
-		if err != nil {
-			return err
-		}
 		// The base may be shorter than the block (the file grew past it
 		// later): edits land in the zero-filled rest of dst.
-		copy(dst, v)
+		err := br.tx.GetFunc(contentKey(r.ref[1:33]), func(v []byte) error { copy(dst, v); return nil })
+		if err != nil {
+			return err
+		}
 		if err := applyPatches(dst, r.ref[33:]); err != nil {
 			return err
 		}
@@ -262,6 +264,13 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 			r, ok := blocks[idx]
 			if !ok {
 				clear(dst)
+				continue
+			}
+			if lo == base && hi == base+f.bs {
+				// A whole block: fill the caller's buffer directly.
+				if err := br.content(r, dst); err != nil {
+					return err
+				}
 				continue
 			}
 			if err := br.content(r, buf); err != nil {

@@ -226,6 +226,14 @@ func (t *badgerTxn) Get(key []byte) ([]byte, error) {
 	return v, mapErr(err)
 }
 
+func (t *badgerTxn) GetFunc(key []byte, fn func([]byte) error) error {
+	it, err := t.t.Get(key)
+	if err != nil {
+		return mapErr(err)
+	}
+	return mapErr(it.Value(fn))
+}
+
 func (t *badgerTxn) Has(key []byte) (bool, error) {
 	_, err := t.t.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {

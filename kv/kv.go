@@ -46,6 +46,9 @@ type Snapshot interface {
 type Txn interface {
 	// Get returns the value of key, or ErrNotFound.
 	Get(key []byte) ([]byte, error)
+	// GetFunc calls fn with the value of key without copying it; the slice
+	// is only valid during fn. ErrNotFound if the key does not exist.
+	GetFunc(key []byte, fn func(value []byte) error) error
 	// Has reports whether key exists, without reading its value.
 	Has(key []byte) (bool, error)
 	// Iterate calls fn for every key with the given prefix that is >= start
