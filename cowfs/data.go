@@ -584,7 +584,7 @@ func (f *FS) truncate(tx kv.Txn, st state, n *inode, size uint64) error {
 	}
 	bs := f.bs
 	keep := (size + bs - 1) / bs // blocks [0, keep) stay
-	if err := f.dropOwnData(tx, st, n.Ino, keep); err != nil {
+	if err := f.dropOwnData(tx, st, n.Ino, keep, 0); err != nil {
 		return err
 	}
 	if size%bs != 0 {

@@ -452,7 +452,7 @@ func (f *FS) dropLink(tx kv.Txn, st state, n *inode, dir InodeID, name string) e
 }
 
 func (f *FS) deleteInode(tx kv.Txn, st state, n *inode) error {
-	if err := f.dropOwnData(tx, st, n.Ino, 0); err != nil {
+	if err := f.dropOwnData(tx, st, n.Ino, 0, 50000); err != nil {
 		return err
 	}
 	layers, err := f.layersOf(tx, st, n.Ino)
@@ -468,15 +468,17 @@ func (f *FS) deleteInode(tx kv.Txn, st state, n *inode) error {
 	return tx.Delete(inodeKey(st.stack[0], n.Ino))
 }
 
-// dropOwnData deletes the top layer's blocks of ino from block index from.
-// Very large files leave their blocks to the background sweep rather than
-// overflowing the transaction.
-func (f *FS) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64) error {
+// dropOwnData deletes the top layer's blocks of ino from block index from,
+// at most limit of them when limit > 0. A deleted inode may leave blocks
+// behind (its record is gone, so nothing reads them; they are freed with
+// the layer) rather than overflow the transaction; a truncate must drop
+// them all (limit 0), or fail with EFBIG.
+func (f *FS) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64, limit int) error {
 	pfx := dataPrefix(st.stack[0], ino)
 	var keys [][]byte
 	err := tx.Iterate(pfx, dataKey(st.stack[0], ino, from), true, func(k, _ []byte) (bool, error) {
 		keys = append(keys, append([]byte(nil), k...))
-		return len(keys) < 50000, nil
+		return limit <= 0 || len(keys) < limit, nil
 	})
 	if err != nil {
 		return err
