@@ -211,19 +211,10 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 	if off < 0 {
 		return 0, false, pathErr("read", "", syscall.EINVAL)
 	}
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(false)
-	if err != nil {
-		return 0, false, pathErr("read", "", err.(syscall.Errno))
-	}
 	var n int
 	var eof bool
-	err = f.store.View(f.ctx, func(tx kv.Txn) error {
-		nd, _, err := f.getInode(tx, st, ino)
-		if errors.Is(err, syscall.ENOENT) {
-			return syscall.ESTALE
-		}
+	err := f.view(func(tx kv.Txn, st state) error {
+		nd, err := f.known(tx, st, ino)
 		if err != nil {
 			return err
 		}

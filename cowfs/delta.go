@@ -78,14 +78,7 @@ func (d *delta) dataBytes(tx kv.Txn, f *FS, ino InodeID) (int64, error) {
 				return true, nil
 			}
 			seen[idx] = true
-			switch {
-			case len(v) > 0 && v[0] == refInline:
-				total += int64(len(v) - 1)
-			case len(v) > 0 && v[0] == refHash:
-				total += int64(f.bs)
-			case len(v) > 33 && v[0] == refPatch:
-				total += patchBytes(v[33:])
-			}
+			total += refBytes(v, f.bs)
 			return true, nil
 		})
 		if err != nil {
@@ -111,14 +104,7 @@ func DeltaBytes(ctx context.Context, f *FS, stack []LayerID, base LayerID) (int6
 		for _, l := range layers {
 			pfx := append(layerPrefix(l), kindData)
 			err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
-				switch {
-				case len(v) > 0 && v[0] == refInline:
-					total += int64(len(v) - 1)
-				case len(v) > 0 && v[0] == refHash:
-					total += int64(f.bs)
-				case len(v) > 33 && v[0] == refPatch:
-					total += patchBytes(v[33:])
-				}
+				total += refBytes(v, f.bs)
 				return true, nil
 			})
 			if err != nil {
@@ -281,6 +267,20 @@ func (f *FS) pathInTx(tx kv.Txn, st state, ino InodeID) (string, error) {
 		parts[i], parts[j] = parts[j], parts[i]
 	}
 	return path.Join(parts...), nil
+}
+
+// refBytes is the data a block reference wrote: inline bytes, a whole
+// block for a stored one, the edits of a patch, nothing for zeros.
+func refBytes(v []byte, bs uint64) int64 {
+	switch {
+	case len(v) > 0 && v[0] == refInline:
+		return int64(len(v) - 1)
+	case len(v) > 0 && v[0] == refHash:
+		return int64(bs)
+	case len(v) > 33 && v[0] == refPatch:
+		return patchBytes(v[33:])
+	}
+	return 0
 }
 
 // patchBytes sums the edited bytes of a patch reference's edits.

@@ -160,14 +160,8 @@ func (f *FS) clearEntry(tx kv.Txn, st state, dir InodeID, s uint64) error {
 }
 
 func (f *FS) getAttr(ino InodeID) (Attr, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(false)
-	if err != nil {
-		return Attr{}, pathErr("getattr", "", err.(syscall.Errno))
-	}
 	var a Attr
-	err = f.store.View(f.ctx, func(tx kv.Txn) error {
+	err := f.view(func(tx kv.Txn, st state) error {
 		n, _, err := f.getInode(tx, st, ino)
 		if err != nil {
 			return err
@@ -182,18 +176,9 @@ func (f *FS) getAttr(ino InodeID) (Attr, error) {
 }
 
 func (f *FS) lookup(dir InodeID, name string) (Attr, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(false)
-	if err != nil {
-		return Attr{}, pathErr("lookup", name, err.(syscall.Errno))
-	}
 	var a Attr
-	err = f.store.View(f.ctx, func(tx kv.Txn) error {
-		d, _, err := f.getInode(tx, st, dir)
-		if errors.Is(err, syscall.ENOENT) {
-			return syscall.ESTALE
-		}
+	err := f.view(func(tx kv.Txn, st state) error {
+		d, err := f.known(tx, st, dir)
 		if err != nil {
 			return err
 		}
@@ -231,6 +216,28 @@ func (f *FS) lookup(dir InodeID, name string) (Attr, error) {
 		return nil
 	})
 	return a, wrap("lookup", name, err)
+}
+
+// view runs fn in a read-only transaction on the view's current stack.
+// Errors come back raw; callers wrap them with their op and name.
+func (f *FS) view(fn func(tx kv.Txn, st state) error) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st, err := f.begin(false)
+	if err != nil {
+		return err
+	}
+	return f.store.View(f.ctx, func(tx kv.Txn) error { return fn(tx, st) })
+}
+
+// known resolves an inode the caller holds a reference to (a handle): a
+// missing one is ESTALE, not ENOENT.
+func (f *FS) known(tx kv.Txn, st state, ino InodeID) (*inode, error) {
+	n, _, err := f.getInode(tx, st, ino)
+	if errors.Is(err, syscall.ENOENT) {
+		return nil, syscall.ESTALE
+	}
+	return n, err
 }
 
 // update runs fn in a read-write transaction on a writable view, holding
@@ -665,18 +672,9 @@ func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName stri
 }
 
 func (f *FS) readlink(ino InodeID) (string, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(false)
-	if err != nil {
-		return "", pathErr("readlink", "", err.(syscall.Errno))
-	}
 	var t string
-	err = f.store.View(f.ctx, func(tx kv.Txn) error {
-		n, _, err := f.getInode(tx, st, ino)
-		if errors.Is(err, syscall.ENOENT) {
-			return syscall.ESTALE
-		}
+	err := f.view(func(tx kv.Txn, st state) error {
+		n, err := f.known(tx, st, ino)
 		if err != nil {
 			return err
 		}
@@ -690,19 +688,10 @@ func (f *FS) readlink(ino InodeID) (string, error) {
 }
 
 func (f *FS) readDir(dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(false)
-	if err != nil {
-		return nil, false, pathErr("readdir", "", err.(syscall.Errno))
-	}
 	var out []DirEntry
 	var eof bool
-	err = f.store.View(f.ctx, func(tx kv.Txn) error {
-		d, _, err := f.getInode(tx, st, dir)
-		if errors.Is(err, syscall.ENOENT) {
-			return syscall.ESTALE
-		}
+	err := f.view(func(tx kv.Txn, st state) error {
+		d, err := f.known(tx, st, dir)
 		if err != nil {
 			return err
 		}
@@ -790,14 +779,8 @@ func (f *FS) listLocked(tx kv.Txn, st state, dir InodeID, cookie uint64, n int) 
 }
 
 func (f *FS) pathOf(ino InodeID) (string, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(false)
-	if err != nil {
-		return "", pathErr("path", "", err.(syscall.Errno))
-	}
 	var parts []string
-	err = f.store.View(f.ctx, func(tx kv.Txn) error {
+	err := f.view(func(tx kv.Txn, st state) error {
 		parts = parts[:0]
 		cur := ino
 		for i := 0; cur != RootIno; i++ {
