@@ -213,8 +213,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if len(tail) > 300 {
 				tail = tail[len(tail)-300:]
 			}
-			t.Logf("seed %d (rerun: go test ./branches -run TestModel -model.seed %d); last steps:\n%s",
-				seed, seed, strings.Join(tail, "\n"))
+			t.Logf("seed %d (rerun: go test ./branches -run TestModel -model.seed %d -model.steps %d -model.fold=%v -model.reclaim=%v); last steps:\n%s",
+				seed, seed, r.seq, *modelFold, *modelReclaim, strings.Join(tail, "\n"))
 		}
 	}()
 	for i := 0; i < steps && !t.Failed(); i++ {
