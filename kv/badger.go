@@ -245,10 +245,10 @@ func (t *badgerTxn) Has(key []byte) (bool, error) {
 func (t *badgerTxn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) (bool, error)) error {
 	io := badger.DefaultIteratorOptions
 	io.Prefix = prefix
-	io.PrefetchValues = !keysOnly
-	if !keysOnly {
-		io.PrefetchSize = 16
-	}
+	// No background prefetching: the values iterated here are small
+	// (records and block references) and sit in the LSM tree, so fetching
+	// them in line is cheaper than Badger's prefetch goroutines.
+	io.PrefetchValues = false
 	it := t.t.NewIterator(io)
 	defer it.Close()
 	seek := prefix
