@@ -339,7 +339,9 @@ func (f *FS) blockRef(data []byte) ([]byte, *[2][]byte) {
 		return append([]byte{refInline}, data...), nil
 	}
 	sum := blake3.Sum256(data)
-	return append([]byte{refHash}, sum[:]...), &[2][]byte{contentKey(sum[:]), append([]byte(nil), data...)}
+	// The content aliases data: callers either store it at once (Set
+	// copies) or pass data they own.
+	return append([]byte{refHash}, sum[:]...), &[2][]byte{contentKey(sum[:]), data}
 }
 
 // storeBlock stores data (the block's bytes up to the file end) and returns
@@ -457,8 +459,9 @@ func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize u
 		blen := min(bs, newSize-base) // bytes of this block inside the file
 		lo, hi := max(base, off), min(base+bs, end)
 		full := lo == base && hi >= base+blen
+		data := buf[:blen]
 		if full {
-			copy(buf, p[lo-off:hi-off])
+			data = p[lo-off : lo-off+blen] // no copy: storeBlock's Set copies
 		} else {
 			if br == nil {
 				var err error
@@ -499,7 +502,7 @@ func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize u
 			}
 			copy(buf[lo-base:], p[lo-off:hi-off])
 		}
-		ref, h, err := f.storeBlock(tx, buf[:blen])
+		ref, h, err := f.storeBlock(tx, data)
 		if err != nil {
 			return nil, err
 		}
