@@ -68,6 +68,15 @@ type badgerStore struct {
 	opts   BadgerOptions // read only
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// Group commit for Sync: concurrent callers share one fsync that
+	// started after they called.
+	syncMu      sync.Mutex // protects the following
+	syncCond    *sync.Cond
+	syncRunning bool
+	syncStarted uint64 // fsyncs started
+	syncDone    uint64 // fsyncs finished
+	syncErr     error  // result of the last finished fsync
 }
 
 var _ Store = (*badgerStore)(nil)
@@ -102,6 +111,7 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &badgerStore{db: db, opts: opts, cancel: cancel}
+	s.syncCond = sync.NewCond(&s.syncMu)
 	if opts.GCInterval > 0 && !opts.InMemory {
 		s.wg.Add(1)
 		go s.gcLoop(ctx)
@@ -156,11 +166,32 @@ func (s *badgerStore) NewSnapshot() Snapshot {
 	return &badgerTxn{t: t}
 }
 
+// Sync makes every transaction committed before the call durable. Callers
+// that arrive while an fsync runs wait for the next one, which serves them
+// all (group commit), so N concurrent COMMITs cost about two fsyncs.
 func (s *badgerStore) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return mapErr(s.db.Sync())
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	want := s.syncStarted + 1 // an fsync that starts after this call
+	for s.syncDone < want {
+		if s.syncRunning {
+			s.syncCond.Wait()
+			continue
+		}
+		s.syncRunning = true
+		s.syncStarted++
+		gen := s.syncStarted
+		s.syncMu.Unlock()
+		err := s.db.Sync()
+		s.syncMu.Lock()
+		s.syncRunning = false
+		s.syncDone, s.syncErr = gen, err
+		s.syncCond.Broadcast()
+	}
+	return mapErr(s.syncErr)
 }
 
 func (s *badgerStore) Size() (int64, error) {

@@ -127,3 +127,28 @@ func TestStoreSemantics(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentSync: many concurrent Syncs all return, without error.
+func TestConcurrentSync(t *testing.T) {
+	ctx := context.Background()
+	s := stores(t)["badger-disk"]
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 4; i++ {
+				s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(fmt.Sprint("s", g, i)), []byte("v")) })
+				if err := s.Sync(ctx); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
