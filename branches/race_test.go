@@ -309,9 +309,7 @@ func TestConcurrentBranches(t *testing.T) {
 			}
 		}
 	}()
-	// Info and diffs while all this runs. (List is kept out until a known
-	// bug is fixed: it loads the stack of a branch that a concurrent abort
-	// and reclamation just deleted, and fails with "layer not found".)
+	// Listing, info and diffs while all this runs.
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -320,6 +318,10 @@ func TestConcurrentBranches(t *testing.T) {
 			case <-stop:
 				return
 			default:
+			}
+			if _, err := m.List(ctx); err != nil {
+				errorf("list: %v", err)
+				return
 			}
 			if in, err := m.Get(ctx, "w2"); err != nil || in.State != branches.StateLive {
 				errorf("get w2: %+v %v", in, err)
