@@ -145,12 +145,18 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 // whose lower neighbour y is referenced by x alone. Caller holds opMu.
 func (m *Manager) foldCandidate(ctx context.Context) (x, y cowfs.LayerID, ok bool, err error) {
 	refs := map[cowfs.LayerID]int{}
-	pinned := map[cowfs.LayerID]bool{} // checkpoints and tops are never folded away
+	pinned := map[cowfs.LayerID]bool{} // checkpoints, tops and fork bases never receive a fold
 	m.mu.RLock()
 	var stacks [][]cowfs.LayerID
 	for _, b := range m.byName {
 		pinned[b.rec.Top] = true
 		refs[b.rec.Top]++
+		// A fork base is the state the branch's changes are measured
+		// against: folding a layer into it would make those changes look
+		// like part of the base.
+		if b.rec.Base != 0 {
+			pinned[b.rec.Base] = true
+		}
 		if st := b.fs.Stack(); len(st) > m.opts.FoldDepth {
 			stacks = append(stacks, st)
 		}

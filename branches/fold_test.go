@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/branchnfs/branchnfs/branches"
 )
 
 // TestFoldDeepStack builds a deep stack with fork/commit rounds, folds it,
@@ -67,5 +69,37 @@ func TestFoldDeepStack(t *testing.T) {
 	}
 	if got := read(t, m, "main", "d/f11"); got != "<missing>" {
 		t.Fatalf("restored d/f11 = %q", got)
+	}
+}
+
+// TestFoldKeepsForkBase: once the parent moved away from a child's fork
+// base (a restore), the base's only referrer is the child's own chain; a
+// fold must still not copy the child's changes into it, or the commit
+// would find nothing to merge.
+func TestFoldKeepsForkBase(t *testing.T) {
+	ctx := context.Background()
+	m := newManagerOpts(t, branches.Options{FoldDepth: 1})
+	write(t, m, "main", "old", "old")
+	must(m.Checkpoint(ctx, "main", "early"))(t)
+	write(t, m, "main", "mid", "mid")
+	must(m.Fork(ctx, "main", "kid"))(t)
+	write(t, m, "kid", "kidfile", "kid")
+	must(m.Checkpoint(ctx, "kid", "k1"))(t) // freezes the kid's layer over its base
+	write(t, m, "kid", "kid2", "kid2")
+	if err := m.Restore(ctx, "main", "early"); err != nil {
+		t.Fatal(err)
+	}
+	must(m.Reclaim(ctx))(t)
+	must(m.Fold(ctx))(t)
+	must(m.Reclaim(ctx))(t)
+	d := must(m.Diff(ctx, "kid"))(t)
+	if len(d.Changes) != 2 {
+		t.Fatalf("kid's diff after fold: %+v", d.Changes)
+	}
+	must(m.Commit(ctx, "kid"))(t)
+	for p, want := range map[string]string{"old": "old", "mid": "<missing>", "kidfile": "kid", "kid2": "kid2"} {
+		if got := read(t, m, "main", p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
 	}
 }
