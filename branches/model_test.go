@@ -38,12 +38,12 @@ var (
 	modelSteps = flag.Int("model.steps", 2000, "steps per seed of the randomized model test")
 	modelSeed  = flag.Uint64("model.seed", 0, "run only this seed of the randomized model test")
 	modelSeeds = flag.Int("model.seeds", 3, "number of seeds of the randomized model test")
-	// Background reclamation and folding (a short ReclaimDelay) and
-	// explicit fold steps are off by default until a known bug is fixed
-	// (reported: a merge after a restore loses the child's changes or
-	// misses conflicts once layers were folded); explicit reclaim steps run.
-	modelReclaim = flag.Duration("model.reclaim", -1, "ReclaimDelay of the model test's manager (e.g. 1ms; negative: no background reclamation and folding)")
-	modelFold    = flag.Bool("model.fold", false, "run explicit Fold steps in the model test")
+	// Reclamation and folding run in the background (a short ReclaimDelay,
+	// so the interleaving varies from run to run) and as explicit,
+	// reproducible steps.
+	modelReclaim = flag.Duration("model.reclaim", time.Millisecond, "ReclaimDelay of the model test's manager (negative: no background reclamation and folding)")
+	modelFold    = flag.Bool("model.fold", true, "run explicit Fold steps in the model test")
+	modelDepth   = flag.Int("model.folddepth", 0, "FoldDepth of the model test's manager (0: default)")
 )
 
 const modelBS = 4096
@@ -196,7 +196,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	// A short reclaim delay runs reclamation (and stack folding) in the
 	// background while the test works.
 	m, err := branches.Open(ctx, branches.Options{Store: st, FS: cowfs.Options{BlockSize: modelBS},
-		ReclaimDelay: *modelReclaim})
+		ReclaimDelay: *modelReclaim, FoldDepth: *modelDepth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,8 +213,8 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if len(tail) > 300 {
 				tail = tail[len(tail)-300:]
 			}
-			t.Logf("seed %d (rerun: go test ./branches -run TestModel -model.seed %d -model.steps %d -model.fold=%v -model.reclaim=%v); last steps:\n%s",
-				seed, seed, r.seq, *modelFold, *modelReclaim, strings.Join(tail, "\n"))
+			t.Logf("seed %d (rerun: go test ./branches -run TestModel -model.seed %d -model.steps %d -model.fold=%v -model.reclaim=%v -model.folddepth=%d); last steps:\n%s",
+				seed, seed, r.seq, *modelFold, *modelReclaim, *modelDepth, strings.Join(tail, "\n"))
 		}
 	}()
 	for i := 0; i < steps && !t.Failed(); i++ {
