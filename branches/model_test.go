@@ -37,7 +37,7 @@ import (
 var (
 	modelSteps = flag.Int("model.steps", 2000, "steps per seed of the randomized model test")
 	modelSeed  = flag.Uint64("model.seed", 0, "run only this seed of the randomized model test")
-	modelSeeds = flag.Int("model.seeds", 3, "number of seeds of the randomized model test")
+	modelSeeds = flag.Int("model.seeds", 5, "number of seeds of the randomized model test")
 	// Reclamation and folding run in the background (a short ReclaimDelay,
 	// so the interleaving varies from run to run) and as explicit,
 	// reproducible steps.
