@@ -20,6 +20,10 @@ import (
 // Fold folds until no branch's stack is deeper than Options.FoldDepth, and
 // returns how many layers it folded.
 func (m *Manager) Fold(ctx context.Context) (int, error) {
+	// One fold at a time: two could pick overlapping pairs (x into y while
+	// y goes into z), and copies run without opMu.
+	m.foldMu.Lock()
+	defer m.foldMu.Unlock()
 	folded := 0
 	for ctx.Err() == nil {
 		ok, err := m.foldOne(ctx)
@@ -33,26 +37,43 @@ func (m *Manager) Fold(ctx context.Context) (int, error) {
 
 func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 	m.opMu.Lock()
-	defer m.opMu.Unlock()
 	x, y, ok, err := m.foldCandidate(ctx)
-	if err != nil || !ok {
+	var any *cowfs.FS
+	if b, live := m.byName[MainBranch]; live {
+		any = b.fs
+	}
+	m.opMu.Unlock()
+	if err != nil || !ok || any == nil {
 		return false, err
 	}
+	// Copy without holding opMu, so forks and commits go on meanwhile.
+	// Nothing can give y another referrer: y sits below x, at depth two or
+	// more in every stack that holds it, and forks, restores and merges
+	// only stack new layers over tops, checkpoints and fork bases.
+	if err := cowfs.FoldDown(ctx, any, x, y); err != nil {
+		return false, err
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	var below cowfs.LayerID
+	err = m.store.View(ctx, func(tx kv.Txn) error {
+		var err error
+		below, err = cowfs.Below(tx, x)
+		return err
+	})
+	if err != nil || below != y {
+		// x was reclaimed meanwhile (its branches went away): nothing
+		// references it to re-point; y goes with it.
+		return true, nil
+	}
 	m.mu.RLock()
-	var any *cowfs.FS
 	var holders []*branch
 	for _, b := range m.byName {
-		if any == nil {
-			any = b.fs
-		}
 		if slices.Contains(b.fs.Stack(), x) {
 			holders = append(holders, b)
 		}
 	}
 	m.mu.RUnlock()
-	if err := cowfs.FoldDown(ctx, any, x, y); err != nil {
-		return false, err
-	}
 	// Re-point every reference to x at y, atomically.
 	var recs []record
 	m.mu.RLock()

@@ -118,6 +118,8 @@ type Manager struct {
 
 	// opMu serialises lifecycle operations (fork, commit, ...).
 	opMu sync.Mutex
+	// foldMu serialises folds (see Fold).
+	foldMu sync.Mutex
 
 	mu     sync.RWMutex // protects the following
 	byID   map[BranchID]*branch
