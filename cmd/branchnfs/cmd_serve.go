@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -88,6 +89,10 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
+// serveMemoryLimit is the server's soft heap limit unless GOMEMLIMIT says
+// otherwise (PRODUCT.md's target is 400 MiB of RSS, mmapped files included).
+const serveMemoryLimit = 256 << 20
+
 func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if err := checkListen(o.Listen, o.AllowRemote, o.stderr); err != nil {
 		return err
@@ -97,6 +102,11 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: level}))
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// Badger's memtables and caches are most of the heap; a soft limit
+		// makes the collector run before garbage doubles it.
+		debug.SetMemoryLimit(serveMemoryLimit)
+	}
 	dir, err := o.storeDir()
 	if err != nil {
 		return err
