@@ -90,8 +90,12 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 		bo = badger.DefaultOptions("").WithInMemory(true)
 	}
 	if !opts.InMemory {
-		// In-memory stores have no value log: every value stays in the LSM.
 		bo = bo.WithValueThreshold(opts.ValueThreshold)
+	} else {
+		// In-memory stores have no value log: every value stays in the LSM,
+		// and Badger wants the threshold under its batch size (15% of a
+		// memtable).
+		bo = bo.WithValueThreshold(min(1<<20, opts.MemTableSize/10))
 	}
 	bo = bo.WithMemTableSize(opts.MemTableSize).
 		WithNumMemtables(opts.NumMemtables).

@@ -152,3 +152,11 @@ func TestConcurrentSync(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestSmallInMemoryStore(t *testing.T) {
+	s, err := kv.OpenBadger("", kv.BadgerOptions{InMemory: true, MemTableSize: 4 << 20})
+	if err != nil {
+		t.Fatalf("in-memory store with 4 MiB memtables: %v", err)
+	}
+	s.Close()
+}
