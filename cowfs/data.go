@@ -247,7 +247,7 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		if err != nil {
 			return err
 		}
-		buf := make([]byte, f.bs)
+		var buf []byte // scratch for partial blocks, allocated on demand
 		for idx := first; idx <= last; idx++ {
 			base := idx * f.bs
 			lo, hi := max(base, uint64(off)), min(base+f.bs, end)
@@ -263,6 +263,9 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 					return err
 				}
 				continue
+			}
+			if buf == nil {
+				buf = make([]byte, f.bs)
 			}
 			if err := br.content(r, buf); err != nil {
 				return err
@@ -453,16 +456,20 @@ func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize u
 	var br *blockReader
 	var old map[uint64]resolved
 	var hashes [][]byte
-	buf := make([]byte, bs)
+	var buf []byte // scratch for partial blocks, allocated on demand
 	for idx := first; idx <= last; idx++ {
 		base := idx * bs
 		blen := min(bs, newSize-base) // bytes of this block inside the file
 		lo, hi := max(base, off), min(base+bs, end)
 		full := lo == base && hi >= base+blen
-		data := buf[:blen]
+		var data []byte
 		if full {
 			data = p[lo-off : lo-off+blen] // no copy: storeBlock's Set copies
 		} else {
+			if buf == nil {
+				buf = make([]byte, bs)
+			}
+			data = buf[:blen]
 			if br == nil {
 				var err error
 				if br, err = f.newBlockReader(tx, st, n.Ino); err != nil {
