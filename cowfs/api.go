@@ -2,7 +2,6 @@ package cowfs
 
 import (
 	"context"
-	"time"
 )
 
 // The inode-level API of a view. The NFS layer uses it directly; the
@@ -92,11 +91,3 @@ func (f *FS) PathOf(ino InodeID) (string, error) { return f.pathOf(ino) }
 
 // Sync makes everything written so far durable against power loss.
 func (f *FS) Sync(ctx context.Context) error { return f.store.Sync(ctx) }
-
-// Touch sets mtime and ctime of ino to now; used when the server itself
-// changes a directory.
-func (f *FS) Touch(ino InodeID) error {
-	now := time.Now()
-	_, err := f.setAttr(ino, SetAttr{Mtime: &now})
-	return err
-}

@@ -117,16 +117,6 @@ func (f *FS) Lock() { f.nsMu.Lock(); f.mu.Lock() }
 // Unlock undoes Lock.
 func (f *FS) Unlock() { f.mu.Unlock(); f.nsMu.Unlock() }
 
-// SetTopLocked is SetTop for a caller holding Lock.
-func (f *FS) SetTopLocked(top LayerID) error {
-	stack, err := LoadStack(f.ctx, f.store, top)
-	if err != nil {
-		return err
-	}
-	f.setStackLocked(stack)
-	return nil
-}
-
 func (f *FS) setStackLocked(stack []LayerID) {
 	f.dirty.Store(true)
 	f.stack = stack

@@ -94,6 +94,18 @@ func (f *FS) findEntry(tx kv.Txn, st state, dir InodeID, name string) (entry, ui
 	return entry{}, free, syscall.ENOENT
 }
 
+// freeSlot returns the slot where name can be added to dir, or EEXIST.
+func (f *FS) freeSlot(tx kv.Txn, st state, dir InodeID, name string) (uint64, error) {
+	_, s, err := f.findEntry(tx, st, dir, name)
+	switch {
+	case err == nil:
+		return 0, syscall.EEXIST
+	case errors.Is(err, syscall.ENOENT):
+		return s, nil
+	}
+	return 0, err
+}
+
 // dirForWrite loads directory dir for a change in the top layer.
 func (f *FS) dirForWrite(tx kv.Txn, st state, dir InodeID) (*inode, error) {
 	d, err := f.inodeForWrite(tx, st, dir)
@@ -382,11 +394,8 @@ func (f *FS) mknode(dir InodeID, name string, t FileType, a NewAttr, target stri
 		if err != nil {
 			return err
 		}
-		_, s, err := f.findEntry(tx, st, dir, name)
-		if err == nil {
-			return syscall.EEXIST
-		}
-		if !errors.Is(err, syscall.ENOENT) {
+		s, err := f.freeSlot(tx, st, dir, name)
+		if err != nil {
 			return err
 		}
 		if err := f.addEntry(tx, st, d, s, n, name); err != nil {
@@ -415,11 +424,8 @@ func (f *FS) link(ino, dir InodeID, name string) (Attr, error) {
 		if err != nil {
 			return err
 		}
-		_, s, err := f.findEntry(tx, st, dir, name)
-		if err == nil {
-			return syscall.EEXIST
-		}
-		if !errors.Is(err, syscall.ENOENT) {
+		s, err := f.freeSlot(tx, st, dir, name)
+		if err != nil {
 			return err
 		}
 		if n.Nlink >= 65000 {
