@@ -510,6 +510,14 @@ func nfsWrite(r *request, d *decoder, e *encoder) error {
 // newAttr builds the attributes of a new inode in dir from the caller's
 // sattr3: the caller's uid, the group per newGID, the mode asked for (or
 // def), setgid dropped where POSIX drops it.
+//
+// CREATE, MKDIR, SYMLINK and MKNOD from macOS may carry a uid and a gid:
+// the client fills in the caller's uid and, as BSD does, the directory's
+// gid, and leaves out only what equals the caller's uid and the directory's
+// or the caller's gid as it last saw them. A non-root caller may name its
+// own uid, and as group one of its groups or the directory's (the group a
+// new file gets on BSD); anything else is EPERM, so no file is created
+// with owners other than the ones asked for.
 func (r *request) newAttr(dir *node, sa *sattr, def uint32, isDir bool) (cowfs.NewAttr, error) {
 	if err := sa.validate(); err != nil {
 		return cowfs.NewAttr{}, err
@@ -526,7 +534,7 @@ func (r *request) newAttr(dir *node, sa *sattr, def uint32, isDir bool) (cowfs.N
 		na.UID = *sa.uid
 	}
 	if sa.gid != nil && *sa.gid != na.GID {
-		if !c.isRoot() && !c.inGroup(*sa.gid) {
+		if !c.mayGiveGID(&dir.attr, *sa.gid) {
 			return na, syscall.EPERM
 		}
 		na.GID = *sa.gid

@@ -48,6 +48,15 @@ func (c *cred) may(a *cowfs.Attr, want uint32) bool {
 }
 
 // access computes the ACCESS3 bits granted on a, restricted to want.
+//
+// The owner is granted MODIFY whatever the mode. macOS's client asks ACCESS
+// for MODIFY before a chmod, chown, utimes or extended-attribute change
+// (nfs_vnop_access maps KAUTH_VNODE_WRITE_ATTRIBUTES and WRITE_SECURITY to
+// MODIFY) and refuses them locally without it, although SETATTR lets the
+// owner make those changes; WRITE lets the owner write whatever the mode,
+// too. EXTEND still follows the mode: macOS and Linux both count a regular
+// file writable only with MODIFY and EXTEND, so an open for writing of the
+// owner's read-only file is still refused by the client, as on a local disk.
 func (c *cred) access(a *cowfs.Attr, want uint32) uint32 {
 	var got uint32
 	if c.may(a, mayRead) {
@@ -69,6 +78,9 @@ func (c *cred) access(a *cowfs.Attr, want uint32) uint32 {
 			got |= access3Execute
 		}
 	}
+	if c.owns(a) {
+		got |= access3Modify
+	}
 	return got & want
 }
 
@@ -79,11 +91,20 @@ func (c *cred) stickyDenies(dir, victim *cowfs.Attr) bool {
 	return dir.Mode&cowfs.ModeSticky != 0 && !c.isRoot() && !c.owns(dir) && !c.owns(victim)
 }
 
-// newGID is the group of a file created in dir: the directory's group when
-// it is setgid (BSD semantics), else the caller's primary group.
+// newGID is the group of a file created in dir when the caller names none:
+// the directory's group when it is setgid, else the caller's primary group,
+// as on Linux (knfsd). Linux's client never names a group, and its users
+// expect this; macOS's client names one whenever its own choice (BSD: the
+// directory's group) differs from the caller's group, see newAttr.
 func (c *cred) newGID(dir *cowfs.Attr) uint32 {
 	if dir.Mode&cowfs.ModeSetgid != 0 {
 		return dir.GID
 	}
 	return c.gid
+}
+
+// mayGiveGID reports whether the caller may create a file in dir with group
+// g: root any group, others one of their own groups or the directory's.
+func (c *cred) mayGiveGID(dir *cowfs.Attr, g uint32) bool {
+	return c.isRoot() || g == dir.GID || c.inGroup(g)
 }

@@ -144,6 +144,10 @@ func TestPermissions(t *testing.T) {
 		const all = access3Read | access3Lookup | access3Modify | access3Extend | access3Delete | access3Execute
 		exe, _, _ := rootK.create(shared, "exe", 1, sa{mode: u32p(0o750)})
 		must(t, rootK.setattr(exe, sa{gid: u32p(50)}), "chgrp")
+		aliceRO, _, st := alice.create(shared, "alice-ro", 1, sa{mode: u32p(0o444)})
+		must(t, st, "create alice-ro")
+		aliceDir, _, st := alice.mkdir(shared, "alice-dir", 0o555)
+		must(t, st, "mkdir alice-dir")
 		cases := []struct {
 			name string
 			k    caller
@@ -152,6 +156,8 @@ func TestPermissions(t *testing.T) {
 		}{
 			{"root on 0444 file", rootK, rofile, access3Read | access3Modify | access3Extend},
 			{"alice on 0444 file", alice, rofile, access3Read},
+			{"alice on her own 0444 file", alice, aliceRO, access3Read | access3Modify},
+			{"alice on her own 0555 dir", alice, aliceDir, access3Read | access3Lookup | access3Modify},
 			{"root on 0750 file", rootK, exe, access3Read | access3Modify | access3Extend | access3Execute},
 			{"alice (group 50) on 0750 file", alice, exe, access3Read | access3Execute},
 			{"bob on 0750 file", bob, exe, 0},

@@ -146,7 +146,11 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		lk.unlock()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	mgr, err := branches.Open(ctx, branches.Options{Store: st})
+	// A new store's main belongs to whoever creates it, so that user can
+	// write in it through NFS (an import from a directory then gives the
+	// root that directory's owner).
+	mgr, err := branches.Open(ctx, branches.Options{Store: st,
+		RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid())})
 	if err != nil {
 		st.Close()
 		lk.unlock()
