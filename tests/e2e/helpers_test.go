@@ -2,6 +2,12 @@
 // free port and drives it with real NFS clients: go-nfs-client in
 // process, and Debian's libnfs-utils (nfs-cp, nfs-cat, nfs-ls) as
 // subprocesses.
+//
+// The server and every CLI command run as a regular user, as users run
+// them: when the tests run as root (as in CI), those processes drop to
+// uid 501 gid 20 (a macOS user in group staff), and each store directory
+// is created for that user; otherwise they run as the user running the
+// tests.
 package e2e
 
 import (
@@ -39,6 +45,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// The binary must be reachable by the regular user (MkdirTemp makes
+	// 0700 directories).
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	binPath = filepath.Join(dir, "branchnfs")
 	build := exec.Command("go", "build", "-o", binPath, "github.com/branchnfs/branchnfs/cmd/branchnfs")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -71,16 +83,103 @@ func needLibnfs(t *testing.T) {
 	t.Skip("libnfs-utils is not installed (nfs-cp missing): apt-get install libnfs-utils to run this part")
 }
 
-// newStore returns a fresh store directory with a path short enough for
-// the control socket.
-func newStore(t *testing.T) string {
+// osUser is a uid with its groups.
+type osUser struct {
+	uid, gid uint32
+	groups   []uint32
+}
+
+// regularUser is who runs the server and the CLI: uid 501 gid 20 when the
+// tests run as root, else the user running them.
+var regularUser = func() osUser {
+	if os.Geteuid() == 0 {
+		return osUser{uid: 501, gid: 20, groups: []uint32{20, 12, 61}}
+	}
+	u := osUser{uid: uint32(os.Geteuid()), gid: uint32(os.Getegid())}
+	gs, _ := os.Getgroups()
+	for _, g := range gs {
+		u.groups = append(u.groups, uint32(g))
+	}
+	return u
+}()
+
+// rootUser is uid 0, for what only root may do.
+var rootUser = osUser{}
+
+// runAs makes cmd run as u. It needs root unless u is the current user.
+func runAs(cmd *exec.Cmd, u osUser) {
+	if uint32(os.Geteuid()) == u.uid && uint32(os.Getegid()) == u.gid {
+		return
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
+}
+
+// userDir returns a fresh directory owned by u (removed at the end of the
+// test). Its path is short enough for a store's control socket.
+func userDir(t *testing.T, u osUser) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "bnfs")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
-	return filepath.Join(d, "store")
+	if err := os.Chown(d, int(u.uid), int(u.gid)); err != nil && os.Geteuid() == 0 {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// chownTree gives every file under root to u, keeping setuid and setgid
+// bits (which chown clears).
+func chownTree(t *testing.T, root string, u osUser) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := os.Lchown(p, int(u.uid), int(u.gid)); err != nil {
+			return err
+		}
+		if m := fi.Mode(); m&(os.ModeSetuid|os.ModeSetgid) != 0 && m&os.ModeSymlink == 0 {
+			return os.Chmod(p, m)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// storeOwners maps a store path to the user its processes run as.
+var storeOwners sync.Map
+
+func storeOwner(store string) osUser {
+	if u, ok := storeOwners.Load(store); ok {
+		return u.(osUser)
+	}
+	return regularUser
+}
+
+// newStore returns a fresh store path, in a directory owned by the
+// regular user, with a path short enough for the control socket. The
+// server and CLI commands on it run as that user.
+func newStore(t *testing.T) string {
+	t.Helper()
+	return newStoreAs(t, regularUser)
+}
+
+// newStoreAs is newStore for a store whose processes run as u.
+func newStoreAs(t *testing.T, u osUser) string {
+	t.Helper()
+	store := filepath.Join(userDir(t, u), "store")
+	storeOwners.Store(store, u)
+	return store
 }
 
 // syncBuffer collects a process's output.
@@ -118,6 +217,7 @@ func startServer(t *testing.T, store string, port int, extra ...string) *server 
 	args := append([]string{"serve", "--store", store, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
 	s := &server{store: store, out: &syncBuffer{}, done: make(chan struct{})}
 	s.cmd = exec.Command(binPath, args...)
+	runAs(s.cmd, storeOwner(store))
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -178,6 +278,7 @@ func (s *server) kill(t *testing.T) {
 func cli(t *testing.T, store string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	cmd := exec.Command(binPath, append(args, "--store", store)...)
+	runAs(cmd, storeOwner(store))
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()

@@ -225,8 +225,9 @@ func compareTrees(t *testing.T, what string, want, got map[string]node) {
 // Item 7: an import of 5,000 files with symlinks and modes reads back
 // identical through NFS: every file's content hash and mode.
 func TestImport5000FilesReadsBackIdentical(t *testing.T) {
-	src := filepath.Join(t.TempDir(), "src")
+	src := filepath.Join(userDir(t, regularUser), "src")
 	makeImportTree(t, src)
+	chownTree(t, src, regularUser) // a user imports their own tree
 	want := localTree(t, src)
 	files := 0
 	for _, n := range want {

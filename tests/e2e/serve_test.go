@@ -19,7 +19,7 @@ import (
 // `mount --print` finds the server's port; SIGINT stops it cleanly and a
 // later serve --from on the existing store leaves main alone.
 func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
-	src := t.TempDir()
+	src := userDir(t, regularUser)
 	os.WriteFile(filepath.Join(src, "readme.txt"), []byte("imported"), 0o644)
 	os.Symlink("readme.txt", filepath.Join(src, "link"))
 	store := newStore(t)
@@ -65,7 +65,7 @@ func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
 	}
 
 	// A second serve --from on the existing store does not import again.
-	other := t.TempDir()
+	other := userDir(t, regularUser)
 	os.WriteFile(filepath.Join(other, "other.txt"), []byte("x"), 0o644)
 	srv = startServer(t, store, 0, "--from", other)
 	if !strings.Contains(srv.out.String(), "ignoring --from") {
@@ -78,6 +78,7 @@ func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
 	}
 	// While a server runs, a second one on the same store is refused.
 	cmd := exec.Command(binPath, "serve", "--store", store, "--listen", "127.0.0.1:0")
+	runAs(cmd, regularUser)
 	b, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 12 || !strings.Contains(string(b), "already serves") {
 		t.Fatalf("second serve: %v %s", err, b)
@@ -89,14 +90,11 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // With no --store, serve uses $BRANCHNFS_STORE, else the per-user data
 // directory, creating the store and main on first use.
 func TestServeDefaultStore(t *testing.T) {
-	data, err := os.MkdirTemp("", "xdg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(data)
+	data := userDir(t, regularUser)
 	env := append(os.Environ(), "BRANCHNFS_STORE=", "XDG_DATA_HOME="+data, "HOME="+data)
 	cmd := exec.Command(binPath, "serve", "--listen", "127.0.0.1:0")
 	cmd.Env = env
+	runAs(cmd, regularUser)
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -119,6 +117,7 @@ func TestServeDefaultStore(t *testing.T) {
 	}
 	list := exec.Command(binPath, "list")
 	list.Env = env
+	runAs(list, regularUser)
 	b, err := list.CombinedOutput()
 	if err != nil || !strings.Contains(string(b), "main") {
 		t.Fatalf("list on the default store: %v %s", err, b)
