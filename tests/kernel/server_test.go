@@ -27,6 +27,7 @@ type nfsServer struct {
 	store   string   // branchnfs store directory, or the custom server's directory
 	port    int
 	logPath string
+	cred    *syscall.Credential // the user the server and CLI run as; nil: the test's
 
 	mu     sync.Mutex // protects the following
 	cmd    *exec.Cmd
@@ -45,6 +46,10 @@ func buildBinaries() (branchnfs, helper string, err error) {
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "branchnfs-kernel-bin-")
 		if buildErr != nil {
+			return
+		}
+		// Reachable by the regular user some scenarios run the server as.
+		if buildErr = os.Chmod(buildDir, 0o755); buildErr != nil {
 			return
 		}
 		builds := []struct{ out, pkg string }{
@@ -117,6 +122,7 @@ func (s *nfsServer) cli(args ...string) (string, error) {
 	}
 	full := append([]string{args[0], "--store", s.store}, args[1:]...)
 	cmd := exec.Command(s.bin, full...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -137,6 +143,7 @@ func (s *nfsServer) start() error {
 	var cmd *exec.Cmd
 	if s.isBranchnfs() {
 		cmd = exec.Command(s.bin, "serve", "--store", s.store, "--listen", fmt.Sprintf("127.0.0.1:%d", s.port))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
 	} else {
 		args := make([]string, len(s.custom))
 		for i, a := range s.custom {
