@@ -33,7 +33,10 @@
 //
 // AUTH_UNIX credentials are checked against POSIX mode bits on every
 // operation (perm.go); AUTH_NULL callers are Options.AnonUID/AnonGID. cowfs
-// checks nothing itself.
+// checks nothing itself. Two rules follow macOS's client: a create may name
+// the caller's uid and one of its groups or the directory's group, and
+// ACCESS grants MODIFY to the owner, since macOS asks it before chmod and
+// utimes (docs/macos.md).
 //
 // # Errors
 //
