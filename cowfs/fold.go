@@ -17,7 +17,7 @@ import (
 // x's records override y's; an inode record of x hides y's data beyond its
 // Cut (y's blocks there are dropped, a straddling block trimmed), and the
 // folded record's Cut is the smaller of both. Whiteouts over a bottom layer
-// become plain deletions.
+// become plain deletions, unless a record follows them on a probe chain.
 func FoldDown(ctx context.Context, f *FS, x, y LayerID) error {
 	var yBelow LayerID
 	if err := f.store.View(ctx, func(tx kv.Txn) error {
@@ -69,10 +69,19 @@ func (f *FS) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) erro
 					}
 				case len(rest) == 17 && rest[0] == kindEntry:
 					if yBelow == 0 && len(e.v) >= 8 && binary.BigEndian.Uint64(e.v) == 0 {
-						if err := tx.Delete(yk); err != nil && !errors.Is(err, kv.ErrNotFound) {
+						// Nothing below y for the whiteout to hide, but
+						// it may still link a probe chain: drop it only
+						// if no record follows it.
+						drop, err := chainEnds(tx, x, y, rest)
+						if err != nil {
 							return err
 						}
-						continue
+						if drop {
+							if err := tx.Delete(yk); err != nil && !errors.Is(err, kv.ErrNotFound) {
+								return err
+							}
+							continue
+						}
 					}
 					if err := tx.Set(yk, e.v); err != nil {
 						return err
@@ -90,6 +99,24 @@ func (f *FS) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) erro
 		}
 		start = append(batch[len(batch)-1].k, 0)
 	}
+}
+
+// chainEnds reports whether neither x nor y holds a record in the slot
+// after the entry key rest (kindEntry, dir, slot) names: a whiteout there
+// ends its probe chain and can go.
+func chainEnds(tx kv.Txn, x, y LayerID, rest []byte) (bool, error) {
+	dir := InodeID(binary.BigEndian.Uint64(rest[1:]))
+	next := binary.BigEndian.Uint64(rest[9:]) + 1
+	for _, l := range []LayerID{x, y} {
+		_, err := tx.Get(entryKey(l, dir, next))
+		switch {
+		case err == nil:
+			return false, nil
+		case !errors.Is(err, kv.ErrNotFound):
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // foldInode writes x's record of ino (encoded v) into y, dropping y's data

@@ -63,12 +63,16 @@ func metaKey(name string) []byte { return append([]byte{pfxMeta}, name...) }
 func nameSlot(name string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(name))
-	s := h.Sum64() &^ (1 << 63)
+	s := h.Sum64() & slotMask
 	if s < firstSlot {
 		s += firstSlot
 	}
 	return s
 }
+
+// slotMask keeps the 63 bits of the hash that make a slot. Tests narrow it
+// to force collisions.
+var slotMask uint64 = 1<<63 - 1
 
 const (
 	firstSlot = 3

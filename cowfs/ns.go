@@ -645,10 +645,13 @@ func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName stri
 		case !errors.Is(err, syscall.ENOENT):
 			return err
 		}
-		if err := f.clearEntry(tx, st, srcDir, ss); err != nil {
+		// The new entry first: in the same directory it may sit right
+		// after the old one on a probe chain, and clearEntry must see it
+		// to leave a whiteout rather than cut the chain.
+		if err := f.setEntry(tx, st, dstDir, ds, entry{Ino: n.Ino, Type: n.Type, Name: dstName}); err != nil {
 			return err
 		}
-		if err := f.setEntry(tx, st, dstDir, ds, entry{Ino: n.Ino, Type: n.Type, Name: dstName}); err != nil {
+		if err := f.clearEntry(tx, st, srcDir, ss); err != nil {
 			return err
 		}
 		for i, l := range n.Links {
