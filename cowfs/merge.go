@@ -48,6 +48,7 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 	var writes []kvp
 	var conflicts []string
 	applied := 0
+	ts := now() // the commit time
 	err := child.store.View(ctx, func(tx kv.Txn) error {
 		writes, conflicts = writes[:0], conflicts[:0]
 		cd, err := loadDelta(tx, cl)
@@ -162,10 +163,36 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 			return nil
 		}
 		named := map[InodeID]bool{}
+		listed := map[InodeID]bool{} // directories whose entries change
 		for id, ce := range cd.entries {
 			writes = append(writes, kvp{entryKey(dst, id.Dir, id.Slot), ce.encode()})
 			named[ce.Ino] = true
+			listed[id.Dir] = true
 			applied++
+		}
+		// A directory whose listing the merge changes gets the commit
+		// time as mtime and ctime: clients (macOS's above all) drop their
+		// cached names and negative lookups only when a directory's
+		// mtime differs from what they saw, and either side's own time
+		// may be exactly that.
+		for dir := range listed {
+			if _, ok := cd.inodes[dir]; ok {
+				continue
+			}
+			n, _, err := parent.getInode(tx, pst, dir)
+			if errors.Is(err, syscall.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			cd.inodes[dir] = n
+			inos = append(inos, dir)
+		}
+		for dir := range listed {
+			if n := cd.inodes[dir]; !n.Deleted {
+				n.Mtime, n.Ctime = ts, ts
+			}
 		}
 		for ino, n := range cd.inodes {
 			if n.Type != TypeDir && !named[ino] {
