@@ -11,6 +11,7 @@ require (
 	github.com/zeebo/blake3 v0.2.4
 	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.46.0
+	golang.org/x/text v0.44.0
 	gopkg.in/check.v1 v1.0.0-20201130134442-10cb98267c6c
 )
 

@@ -146,6 +146,11 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, errors.New("branches: Options.Store is nil")
 	}
 	opts.EnsureDefaults()
+	legacy, err := cowfs.OpenFormat(ctx, opts.Store)
+	if err != nil {
+		return nil, fmt.Errorf("branches: open: %w", mapErr(err))
+	}
+	opts.FS.LegacyNameSlots = legacy
 	fsOpts := opts.FS
 	m := &Manager{store: opts.Store, alloc: cowfs.NewAllocator(opts.Store), opts: opts,
 		tracker: cowfs.NewTracker(), byID: map[BranchID]*branch{}, byName: map[string]*branch{},

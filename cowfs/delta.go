@@ -165,7 +165,7 @@ func Diff(ctx context.Context, f *FS, vs, bs []LayerID, ignore func(name string)
 			switch {
 			case cLive && (!bLive || be.e.Ino != ce.Ino):
 				kind := "added"
-				if bLive && be.e.Name == ce.Name {
+				if bLive && sameName(be.e.Name, foldName(ce.Name)) {
 					kind = "modified"
 				}
 				if ignore != nil && ignore(ce.Name) {

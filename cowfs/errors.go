@@ -13,6 +13,10 @@ import (
 // can no longer be used.
 var ErrStale = errors.New("cowfs: stale view")
 
+// ErrFormat is returned by OpenFormat for a store written in a format this
+// build does not know (by a newer branchnfs).
+var ErrFormat = errors.New("cowfs: unknown store format")
+
 // pathErr builds the unwrapped *fs.PathError every call returns: go-nfs and
 // os.IsNotExist look at Err directly and do not unwrap %w chains.
 func pathErr(op, path string, errno syscall.Errno) error {

@@ -31,6 +31,10 @@ type Options struct {
 	Tracker *Tracker
 	// StatDir is a directory on the store's disk, for StatFS.
 	StatDir string
+	// LegacyNameSlots: the store predates form-insensitive names (see
+	// OpenFormat), so a name that misses is also looked for where such a
+	// store put it.
+	LegacyNameSlots bool
 }
 
 // EnsureDefaults fills zero fields with defaults.

@@ -57,17 +57,22 @@ func contentKey(h []byte) []byte { return append([]byte{pfxContent}, h...) }
 func metaKey(name string) []byte { return append([]byte{pfxMeta}, name...) }
 
 // nameSlot is the first probe slot of a directory entry: a 63-bit hash of the
-// name that never falls on the cookies reserved for the start, "." and "..".
-// Slots double as READDIR cookies, so listings resume by seeking, and stay
-// valid while the directory changes.
-func nameSlot(name string) uint64 {
+// name's normalized form (foldName), so that the NFC and NFD spellings of a
+// name share a probe chain, that never falls on the cookies reserved for
+// the start, "." and "..". Slots double as READDIR cookies, so listings
+// resume by seeking, and stay valid while the directory changes.
+func nameSlot(name string) uint64 { return hashSlot(foldName(name)) }
+
+// hashSlot hashes the bytes of s into a slot. Stores of format 1 placed
+// every entry at hashSlot of its name's bytes as given.
+func hashSlot(s string) uint64 {
 	h := fnv.New64a()
-	h.Write([]byte(name))
-	s := h.Sum64() & slotMask
-	if s < firstSlot {
-		s += firstSlot
+	h.Write([]byte(s))
+	v := h.Sum64() & slotMask
+	if v < firstSlot {
+		v += firstSlot
 	}
-	return s
+	return v
 }
 
 // slotMask keeps the 63 bits of the hash that make a slot. Tests narrow it

@@ -56,42 +56,63 @@ func resolveSlot(tx kv.Txn, layers []LayerID, dir InodeID, s uint64) (slotRec, e
 	return slotRec{}, nil
 }
 
-// findEntry looks name up in dir. It returns the entry and its slot, or
-// ENOENT together with the first free slot where name could go.
+// findEntry looks name up in dir, in either of its Unicode forms (see
+// foldName). It returns the entry (holding the stored form of the name)
+// and its slot, or ENOENT together with the first free slot where name
+// could go.
 func (f *FS) findEntry(tx kv.Txn, st state, dir InodeID, name string) (entry, uint64, error) {
 	layers, err := f.layersOf(tx, st, dir)
 	if err != nil {
 		return entry{}, 0, err
 	}
-	s := nameSlot(name)
-	free := uint64(0)
-	for i := 0; i < maxProbe; i++ {
-		r, err := resolveSlot(tx, layers, dir, s)
-		if err != nil {
-			return entry{}, 0, err
-		}
-		if !r.found {
-			if free == 0 {
-				free = s
+	key := foldName(name)
+	e, s, free, err := probe(tx, layers, dir, hashSlot(key), key)
+	if err == nil || !errors.Is(err, syscall.ENOENT) {
+		return e, s, err
+	}
+	if f.opts.LegacyNameSlots {
+		for _, start := range legacySlots(name) {
+			e, s, _, lerr := probe(tx, layers, dir, start, key)
+			if lerr == nil || !errors.Is(lerr, syscall.ENOENT) {
+				return e, s, lerr
 			}
-			return entry{}, free, syscall.ENOENT
-		}
-		if r.e.Ino == 0 {
-			if free == 0 {
-				free = s
-			}
-		} else if r.e.Name == name {
-			return r.e, s, nil
-		}
-		s++
-		if s == 1<<63 {
-			s = firstSlot
 		}
 	}
 	if free == 0 {
 		return entry{}, 0, syscall.ENOSPC // pathological hash collisions
 	}
 	return entry{}, free, syscall.ENOENT
+}
+
+// probe walks the probe chain of dir from slot s looking for the name whose
+// folded form is key. It returns the entry and its slot, or ENOENT and the
+// first free slot of the chain (0 if none within maxProbe).
+func probe(tx kv.Txn, layers []LayerID, dir InodeID, s uint64, key string) (entry, uint64, uint64, error) {
+	free := uint64(0)
+	for i := 0; i < maxProbe; i++ {
+		r, err := resolveSlot(tx, layers, dir, s)
+		if err != nil {
+			return entry{}, 0, 0, err
+		}
+		if !r.found {
+			if free == 0 {
+				free = s
+			}
+			return entry{}, 0, free, syscall.ENOENT
+		}
+		if r.e.Ino == 0 {
+			if free == 0 {
+				free = s
+			}
+		} else if sameName(r.e.Name, key) {
+			return r.e, s, 0, nil
+		}
+		s++
+		if s == 1<<63 {
+			s = firstSlot
+		}
+	}
+	return entry{}, 0, free, syscall.ENOENT
 }
 
 // freeSlot returns the slot where name can be added to dir, or EEXIST.
@@ -553,7 +574,7 @@ func (f *FS) remove(dir InodeID, name string, isDir bool) error {
 		if err := f.put(tx, st, d); err != nil {
 			return err
 		}
-		return f.dropLink(tx, st, n, dir, name)
+		return f.dropLink(tx, st, n, dir, en.Name)
 	})
 }
 
@@ -619,6 +640,11 @@ func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName stri
 		switch {
 		case err == nil:
 			if de.Ino == se.Ino {
+				if ds == ss && srcDir == dstDir && de.Name != dstName {
+					// The other Unicode form of the same name: store
+					// the new spelling, as APFS does.
+					return f.respell(tx, st, sd, ss, se, dstName)
+				}
 				return nil // same file: POSIX says do nothing
 			}
 			old, err := f.inodeForWrite(tx, st, de.Ino)
@@ -639,7 +665,7 @@ func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName stri
 				}
 				dd.Nlink--
 			}
-			if err := f.dropLink(tx, st, old, dstDir, dstName); err != nil {
+			if err := f.dropLink(tx, st, old, dstDir, de.Name); err != nil {
 				return err
 			}
 		case !errors.Is(err, syscall.ENOENT):
@@ -655,7 +681,7 @@ func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName stri
 			return err
 		}
 		for i, l := range n.Links {
-			if l.Dir == srcDir && l.Name == srcName {
+			if l.Dir == srcDir && l.Name == se.Name {
 				n.Links[i] = link{dstDir, dstName}
 				break
 			}
@@ -678,6 +704,31 @@ func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName stri
 		}
 		return f.put(tx, st, n)
 	})
+}
+
+// respell stores entry e of directory d at slot s under name, another
+// spelling of the same name, in the entry and in its inode's link.
+func (f *FS) respell(tx kv.Txn, st state, d *inode, s uint64, e entry, name string) error {
+	n, err := f.inodeForWrite(tx, st, e.Ino)
+	if err != nil {
+		return err
+	}
+	if err := f.setEntry(tx, st, d.Ino, s, entry{Ino: e.Ino, Type: e.Type, Name: name}); err != nil {
+		return err
+	}
+	for i, l := range n.Links {
+		if l.Dir == d.Ino && l.Name == e.Name {
+			n.Links[i].Name = name
+			break
+		}
+	}
+	ts := now()
+	n.Ctime = ts
+	d.Mtime, d.Ctime = ts, ts
+	if err := f.put(tx, st, d); err != nil {
+		return err
+	}
+	return f.put(tx, st, n)
 }
 
 func (f *FS) readlink(ino InodeID) (string, error) {

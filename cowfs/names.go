@@ -1,0 +1,105 @@
+package cowfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Names are form-insensitive and form-preserving, as on APFS: a directory
+// entry keeps the bytes it was created with (READDIR returns them), while
+// lookups, creates, links, renames and removals treat the Unicode NFC and
+// NFD spellings of a name as one name. Shells send NFC, Cocoa apps NFD.
+
+// foldName returns the form names are compared and hashed in (NFC). Names
+// that are not valid UTF-8 are compared as bytes.
+func foldName(name string) string {
+	if isASCII(name) || !utf8.ValidString(name) {
+		return name
+	}
+	return norm.NFC.String(name)
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// sameName reports whether stored names the same entry as a name whose
+// folded form is key.
+func sameName(stored, key string) bool {
+	return stored == key || foldName(stored) == key
+}
+
+// legacySlots are the first probe slots where a store of format 1 may
+// hold name: at the hash of the bytes a client sent, NFC or NFD. The
+// first one (NFC) is nameSlot itself.
+func legacySlots(name string) []uint64 {
+	if isASCII(name) || !utf8.ValidString(name) {
+		return nil
+	}
+	var out []uint64
+	main := nameSlot(name)
+	for _, s := range []uint64{hashSlot(norm.NFD.String(name)), hashSlot(name)} {
+		if s != main && (len(out) == 0 || out[0] != s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Store formats, kept under the meta key "format".
+//
+//	1 (no key): directory slots hash a name's bytes as given.
+//	2: directory slots hash a name's NFC form.
+const storeFormat = 2
+
+var formatKey = metaKey("format")
+
+// OpenFormat checks the store's format and reports whether it predates
+// form-insensitive names (format 1); set Options.LegacyNameSlots for its
+// views then. A new store (no layer yet) is stamped with the current
+// format. A store of a newer format is refused: this build would misread
+// it.
+func OpenFormat(ctx context.Context, store kv.Store) (legacy bool, err error) {
+	err = store.Update(ctx, func(tx kv.Txn) error {
+		v, err := tx.Get(formatKey)
+		switch {
+		case err == nil:
+			if len(v) != 8 {
+				return fmt.Errorf("cowfs: store format record %x: %w", v, errCorrupt)
+			}
+			if f := binary.BigEndian.Uint64(v); f > storeFormat {
+				return fmt.Errorf("%w: store format %d is newer than this build's %d; use a newer branchnfs", ErrFormat, f, storeFormat)
+			}
+			legacy = false
+			return nil
+		case !errors.Is(err, kv.ErrNotFound):
+			return err
+		}
+		empty := true
+		if err := tx.Iterate([]byte{pfxLayer}, nil, true, func(k, _ []byte) (bool, error) {
+			empty = false
+			return false, nil
+		}); err != nil {
+			return err
+		}
+		if !empty {
+			legacy = true
+			return nil
+		}
+		legacy = false
+		return tx.Set(formatKey, u64(nil, storeFormat))
+	})
+	return legacy, err
+}
