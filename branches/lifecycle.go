@@ -229,10 +229,17 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	by := fmt.Sprintf("commit of %s into %s at %s", name, p.rec.Name, time.Now().UTC().Format(time.RFC3339))
 	prec := p.rec
 	var newStack []cowfs.LayerID
+	var delta []cowfs.LayerID // fast path: the child's layers above its base
 	if pstack[0] == c.rec.ParentTop && empty {
 		res.FastPath = true
 		prec.Top = cstack[0]
 		newStack = cstack
+		for i, l := range cstack {
+			if l == c.rec.Base {
+				delta = cstack[:i]
+				break
+			}
+		}
 	} else {
 		var bstack []cowfs.LayerID
 		for i, l := range cstack {
@@ -278,7 +285,16 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		}
 		srecs = append(srecs, r)
 	}
+	var purge []cowfs.InodeID
 	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		if res.FastPath {
+			// Silly-renamed files never reach the parent; the merge
+			// path drops them itself.
+			var err error
+			if purge, err = cfs.DropSillyLocked(tx, delta); err != nil {
+				return err
+			}
+		}
 		if err := putRecord(tx, prec); err != nil {
 			return err
 		}
@@ -311,6 +327,11 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	}
 	m.mu.Unlock()
 	sort.Strings(res.Invalidated)
+	if err := cowfs.PurgeData(ctx, m.store, cstack[0], purge); err != nil {
+		// Committed; the blocks of the dropped files stay until their
+		// layer is reclaimed.
+		m.opts.Logger.Warn("branches: commit: blocks of dropped silly-renamed files kept", "branch", name, "err", err)
+	}
 	m.kickReclaim()
 	if err := m.durable(ctx); err != nil {
 		return res, fmt.Errorf("branches: commit %s applied but not yet durable: %w", name, mapErr(err))

@@ -162,6 +162,9 @@ func Diff(ctx context.Context, f *FS, vs, bs []LayerID, ignore func(name string)
 			}
 			bLive := be.found && be.e.Ino != 0
 			cLive := ce.Ino != 0
+			if cLive && ce.Type != TypeDir && IsSillyName(ce.Name) {
+				continue // never published by a commit (see silly.go)
+			}
 			switch {
 			case cLive && (!bLive || be.e.Ino != ce.Ino):
 				kind := "added"
@@ -195,7 +198,7 @@ func Diff(ctx context.Context, f *FS, vs, bs []LayerID, ignore func(name string)
 			}
 		}
 		for ino, n := range d.inodes {
-			if reported[ino] || n.Deleted || len(n.Links) == 0 {
+			if reported[ino] || n.Deleted || len(n.Links) == 0 || IsSillyName(n.Links[0].Name) {
 				continue
 			}
 			bn, _, err := base.getInode(tx, bst, ino)

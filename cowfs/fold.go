@@ -29,7 +29,7 @@ func FoldDown(ctx context.Context, f *FS, x, y LayerID) error {
 	}
 	// Inode records first: folding one drops y's blocks it hides, which
 	// must happen before x's own blocks land in y.
-	for _, kind := range []byte{kindInode, kindEntry, kindData} {
+	for _, kind := range []byte{kindInode, kindEntry, kindData, kindSilly} {
 		if err := f.foldKind(ctx, x, y, yBelow, kind); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 //	'l' layer(8) 'i' ino(8)            inode record (or tombstone)
 //	'l' layer(8) 'e' dir(8) slot(8)    directory entry (or whiteout)
 //	'l' layer(8) 'd' ino(8) block(8)   block reference
+//	'l' layer(8) 's' dir(8) slot(8)    a silly-rename name was linked there
 //	'L' layer(8)                       layer record: below(8)
 //	'c' hash(32)                       block content, stored once per hash
 //	'M' name                           counters and store metadata
@@ -23,6 +24,7 @@ const (
 	kindInode = 'i'
 	kindEntry = 'e'
 	kindData  = 'd'
+	kindSilly = 's'
 )
 
 func u64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
@@ -48,6 +50,12 @@ func dataPrefix(l LayerID, ino InodeID) []byte {
 
 func dataKey(l LayerID, ino InodeID, block uint64) []byte {
 	return u64(dataPrefix(l, ino), block)
+}
+
+func sillyPrefix(l LayerID) []byte { return append(layerPrefix(l), kindSilly) }
+
+func sillyKey(l LayerID, dir InodeID, slot uint64) []byte {
+	return u64(u64(sillyPrefix(l), uint64(dir)), slot)
 }
 
 func layerKey(l LayerID) []byte { return u64([]byte{pfxLayer}, uint64(l)) }

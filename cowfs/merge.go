@@ -60,6 +60,10 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 			return err
 		}
 		cst, pst, bst := state{stack: cs}, state{stack: ps}, state{stack: bs}
+		silly, err := dropSilly(tx, cd, base, bst)
+		if err != nil {
+			return err
+		}
 		nameOf := func(n *inode, f *FS, st state) string {
 			if p, err := f.pathInTx(tx, st, n.Ino); err == nil {
 				return p
@@ -162,6 +166,22 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 		if len(conflicts) > 0 {
 			return nil
 		}
+		// Where a silly entry was dropped, keep whatever the parent has;
+		// where it has nothing, a whiteout keeps the child's probe chains
+		// that ran through the slot intact.
+		for _, id := range silly {
+			players, err := parent.layersOf(tx, pst, id.Dir)
+			if err != nil {
+				return err
+			}
+			pr, err := resolveSlot(tx, players, id.Dir, id.Slot)
+			if err != nil {
+				return err
+			}
+			if !pr.found {
+				writes = append(writes, kvp{entryKey(dst, id.Dir, id.Slot), entry{}.encode()})
+			}
+		}
 		named := map[InodeID]bool{}
 		listed := map[InodeID]bool{} // directories whose entries change
 		for id, ce := range cd.entries {
@@ -263,6 +283,51 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 		}
 	}
 	return nil, applied, nil
+}
+
+// dropSilly removes the child's silly-rename entries from delta cd, so a
+// merge never publishes them, and returns their slots. An inode that loses
+// its last name that way counts as deleted by the child (a tombstone if
+// base has it, else nothing at all), as the client's final REMOVE would
+// have made it.
+func dropSilly(tx kv.Txn, cd *delta, base *FS, bst state) ([]entryID, error) {
+	var slots []entryID
+	inos := map[InodeID]bool{}
+	for id, e := range cd.entries {
+		if e.Ino != 0 && e.Type != TypeDir && IsSillyName(e.Name) {
+			slots = append(slots, id)
+			inos[e.Ino] = true
+			delete(cd.entries, id)
+		}
+	}
+	for ino := range inos {
+		n, ok := cd.inodes[ino]
+		if !ok || n.Deleted {
+			continue
+		}
+		m := n.clone()
+		m.Links = m.Links[:0]
+		for _, l := range n.Links {
+			if !IsSillyName(l.Name) {
+				m.Links = append(m.Links, l)
+			}
+		}
+		m.Nlink = uint32(len(m.Links))
+		if len(m.Links) > 0 {
+			cd.inodes[ino] = m
+			continue
+		}
+		delete(cd.data, ino)
+		switch _, _, err := base.getInode(tx, bst, ino); {
+		case err == nil:
+			cd.inodes[ino] = &inode{Ino: ino, Gen: n.Gen, Type: n.Type, Deleted: true}
+		case errors.Is(err, syscall.ENOENT):
+			delete(cd.inodes, ino)
+		default:
+			return nil, err
+		}
+	}
+	return slots, nil
 }
 
 // minCut returns the smallest Cut among the records of ino in layers.

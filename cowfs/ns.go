@@ -160,8 +160,14 @@ func (f *FS) put(tx kv.Txn, st state, n *inode) error {
 	return tx.Set(inodeKey(st.stack[0], n.Ino), n.encode())
 }
 
-// setEntry stores dir/name -> ino at slot s of the top layer.
+// setEntry stores dir/name -> ino at slot s of the top layer. A silly-rename
+// name is also noted in the layer's silly index (see DropSillyLocked).
 func (f *FS) setEntry(tx kv.Txn, st state, dir InodeID, s uint64, e entry) error {
+	if e.Ino != 0 && IsSillyName(e.Name) {
+		if err := tx.Set(sillyKey(st.stack[0], dir, s), u64(nil, uint64(e.Ino))); err != nil {
+			return err
+		}
+	}
 	return tx.Set(entryKey(st.stack[0], dir, s), e.encode())
 }
 
