@@ -29,6 +29,9 @@ var (
 	// ErrReadOnly: the operation would write to something immutable (the
 	// root branch cannot be committed or aborted, checkpoints are frozen).
 	ErrReadOnly = errors.New("branches: read-only")
+	// ErrInvalidPattern: an ignore pattern that path.Match rejects, or that
+	// holds a '/' (patterns match base names).
+	ErrInvalidPattern = errors.New("branches: invalid ignore pattern")
 	// ErrNoSpace: the disk is full; nothing was changed.
 	ErrNoSpace = errors.New("branches: no space left")
 )

@@ -29,7 +29,8 @@ const MainBranch = "main"
 type Options struct {
 	Store kv.Store
 	// Ignore lists base-name patterns (path.Match) kept out of diffs and
-	// merge conflicts. nil means DefaultIgnore.
+	// merge conflicts. nil keeps the list stored in the store (DefaultIgnore
+	// if none was ever set); non-nil, even empty, replaces it and is stored.
 	Ignore []string
 	// FS holds the options of branch views (block size and so on).
 	FS cowfs.Options
@@ -51,9 +52,6 @@ type Options struct {
 
 // EnsureDefaults fills zero fields with defaults.
 func (o *Options) EnsureDefaults() {
-	if o.Ignore == nil {
-		o.Ignore = DefaultIgnore
-	}
 	if o.ReclaimDelay == 0 {
 		o.ReclaimDelay = 2 * time.Second
 	}
@@ -72,6 +70,7 @@ func (o *Options) EnsureDefaults() {
 //	'N' name             id(8) of the live or invalidated branch of that name
 //	'K' id(8) label      checkpoint (JSON)
 //	'S'                  32-byte handle secret
+//	'I'                  ignore list (JSON array of patterns), once set
 func branchKey(id BranchID) []byte { return binary.BigEndian.AppendUint64([]byte{'B'}, uint64(id)) }
 func nameKey(name string) []byte   { return append([]byte{'N'}, name...) }
 func cpPrefix(id BranchID) []byte  { return binary.BigEndian.AppendUint64([]byte{'K'}, uint64(id)) }
@@ -151,6 +150,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("branches: open: %w", mapErr(err))
 	}
 	opts.FS.LegacyNameSlots = legacy
+	if opts.Ignore, err = loadIgnore(ctx, opts.Store, opts.Ignore); err != nil {
+		return nil, err
+	}
 	fsOpts := opts.FS
 	m := &Manager{store: opts.Store, alloc: cowfs.NewAllocator(opts.Store), opts: opts,
 		tracker: cowfs.NewTracker(), byID: map[BranchID]*branch{}, byName: map[string]*branch{},
@@ -346,6 +348,9 @@ func (m *Manager) Close() error {
 	m.wg.Wait()
 	return m.store.Sync(context.Background())
 }
+
+// Ignore returns the store's ignore list.
+func (m *Manager) Ignore() []string { return append([]string{}, m.opts.Ignore...) }
 
 func (m *Manager) ignore(name string) bool {
 	for _, p := range m.opts.Ignore {

@@ -17,7 +17,8 @@ import (
 
 type initOptions struct {
 	*globalOptions
-	From string
+	From   string
+	Ignore []string
 }
 
 func newInitCommand(g *globalOptions) *cobra.Command {
@@ -39,9 +40,14 @@ import is all or nothing.`,
 
 func (o *initOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.From, "from", "", "import this directory tree into main")
+	addIgnoreFlag(cmd, &o.Ignore)
 }
 
 func runInit(ctx context.Context, o *initOptions) error {
+	ignore, err := ignoreList(o.Ignore)
+	if err != nil {
+		return err
+	}
 	dir, err := o.storeDir()
 	if err != nil {
 		return err
@@ -52,7 +58,7 @@ func runInit(ctx context.Context, o *initOptions) error {
 	}
 	_, statErr := os.Stat(dir)
 	dirExisted := statErr == nil
-	s, err := openStore(ctx, dir, openOptions{create: true})
+	s, err := openStore(ctx, dir, openOptions{create: true, ignore: ignore})
 	if err != nil {
 		return err
 	}

@@ -162,8 +162,9 @@ func newDiffCommand(g *globalOptions) *cobra.Command {
 		Use:   "diff NAME",
 		Short: "List what branch NAME changed since its fork",
 		Long: `List the paths branch NAME added (A), modified (M) and deleted (D) since its
-fork, with byte counts. Names on the ignore list (._*, .DS_Store, .nfs.*)
-are left out. --json prints the diff object (see README.md).`,
+fork, with byte counts. Names on the store's ignore list (by default ._*,
+.DS_Store and .nfs.*; see init --ignore) and silly-renamed files are left
+out. --json prints the diff object (see README.md).`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name = args[0]

@@ -29,6 +29,7 @@ type serveOptions struct {
 	AllowRemote bool
 	Sync        bool
 	LogLevel    string
+	Ignore      []string
 }
 
 func newServeCommand(g *globalOptions) *cobra.Command {
@@ -58,6 +59,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.AllowRemote, "allow-remote", false, "allow a --listen address other than loopback")
 	cmd.Flags().BoolVar(&o.Sync, "sync", false, "make every write durable against power loss before acknowledging it")
 	cmd.Flags().StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addIgnoreFlag(cmd, &o.Ignore)
 }
 
 // checkListen refuses a non-loopback address unless allowRemote, and warns
@@ -101,6 +103,10 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	ignore, err := ignoreList(o.Ignore)
+	if err != nil {
+		return err
+	}
 	logger := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: level}))
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// Badger's memtables and caches are most of the heap; a soft limit
@@ -120,7 +126,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	_, statErr := os.Stat(dir)
 	dirExisted := statErr == nil
 	start := time.Now()
-	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, logger: logger})
+	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, logger: logger, ignore: ignore})
 	if err != nil {
 		return err
 	}
@@ -177,6 +183,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	status := control.Status{
 		Version: version, PID: os.Getpid(), Store: dir,
 		Listen: addr.String(), Port: addr.Port, Started: started.UTC(),
+		Ignore: s.mgr.Ignore(),
 	}
 	ctl, err := control.NewServer(control.ServerOptions{
 		Backend: s.mgr,

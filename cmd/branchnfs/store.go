@@ -120,6 +120,7 @@ type openOptions struct {
 	create     bool // create the store if missing
 	syncWrites bool
 	logger     *slog.Logger
+	ignore     []string // non-nil: replaces the store's ignore list
 }
 
 // openStore opens (or creates) the store in dir directly. The caller must
@@ -149,7 +150,7 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 	// A new store's main belongs to whoever creates it, so that user can
 	// write in it through NFS (an import from a directory then gives the
 	// root that directory's owner).
-	mgr, err := branches.Open(ctx, branches.Options{Store: st,
+	mgr, err := branches.Open(ctx, branches.Options{Store: st, Ignore: oo.ignore,
 		RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid())})
 	if err != nil {
 		st.Close()

@@ -55,6 +55,9 @@ type Status struct {
 	Port         int       `json:"port"`   // NFS (and MOUNT) port
 	Started      time.Time `json:"started"`
 	LiveBranches int       `json:"live_branches"`
+	// Ignore is the store's ignore list: file-name patterns kept out of
+	// diffs and merge conflicts.
+	Ignore []string `json:"ignore"`
 	// NFS holds the NFS server's counters (connections, requests, errors,
 	// bytes, calls per procedure), as the server reports them.
 	NFS any `json:"nfs,omitempty"`
