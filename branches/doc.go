@@ -9,7 +9,9 @@
 // one small transaction publishes. Either way the commit is atomic across a
 // crash, and invalidates the parent's other live children (first commit
 // wins). Abort flips records in one transaction; the reclaimer deletes
-// unreachable layers and unreferenced blocks later.
+// unreachable layers and unreferenced blocks later. A commit never
+// publishes silly-renamed files, and the store's ignore list (ignore.go)
+// keeps names out of diffs and conflicts.
 //
 // Errors are the sentinels of errors.go, tested with errors.Is; some come
 // as types carrying details (InvalidatedError, ConflictError,

@@ -9,6 +9,12 @@
 // inode is cached per view, so reads cost O(layers that touched the inode),
 // not O(depth).
 //
+// Names are form-insensitive and form-preserving (names.go): entries keep
+// the bytes they were created with, and are hashed and compared in NFC, so
+// the NFC and NFD spellings of a name are one name. Entries with an NFS
+// client's silly-rename name are noted in a per-layer index, so a
+// fast-path commit can drop them in O(their number) (silly.go).
+//
 // Data lives in fixed-size blocks (Options.BlockSize) stored once per
 // BLAKE3 hash; small blocks are inline and all-zero blocks are references
 // without content, so holes cost nothing.
