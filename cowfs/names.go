@@ -72,7 +72,10 @@ var formatKey = metaKey("format")
 // format. A store of a newer format is refused: this build would misread
 // it.
 func OpenFormat(ctx context.Context, store kv.Store) (legacy bool, err error) {
-	err = store.Update(ctx, func(tx kv.Txn) error {
+	stamp := false
+	// Read first: opening an existing store writes nothing (it may be on
+	// a full disk, or read-only).
+	err = store.View(ctx, func(tx kv.Txn) error {
 		v, err := tx.Get(formatKey)
 		switch {
 		case err == nil:
@@ -82,7 +85,7 @@ func OpenFormat(ctx context.Context, store kv.Store) (legacy bool, err error) {
 			if f := binary.BigEndian.Uint64(v); f > storeFormat {
 				return fmt.Errorf("%w: store format %d is newer than this build's %d; use a newer branchnfs", ErrFormat, f, storeFormat)
 			}
-			legacy = false
+			legacy, stamp = false, false
 			return nil
 		case !errors.Is(err, kv.ErrNotFound):
 			return err
@@ -94,12 +97,11 @@ func OpenFormat(ctx context.Context, store kv.Store) (legacy bool, err error) {
 		}); err != nil {
 			return err
 		}
-		if !empty {
-			legacy = true
-			return nil
-		}
-		legacy = false
-		return tx.Set(formatKey, u64(nil, storeFormat))
+		legacy, stamp = !empty, empty
+		return nil
 	})
-	return legacy, err
+	if err != nil || !stamp {
+		return legacy, err
+	}
+	return false, store.Update(ctx, func(tx kv.Txn) error { return tx.Set(formatKey, u64(nil, storeFormat)) })
 }

@@ -21,9 +21,9 @@ import (
 //     those slots (DropSillyLocked), in O(silly renames).
 
 // IsSillyName reports whether name has the form of an NFS client's silly
-// rename: macOS and the BSDs write ".nfs.%08x.%04x" (ticks, pid; FreeBSD
-// appends "4.4"), Linux ".nfs%016llx%08x" (fileid, counter;
-// fs/nfs/dir.c nfs_sillyrename).
+// rename: macOS writes ".nfs.%08x.%04x" (a counter, the pid), FreeBSD the
+// same with "4.4" appended (sys/nfsclient/nfs_vnops.c), Linux
+// ".nfs%016llx%08x" (fileid, counter; fs/nfs/dir.c nfs_sillyrename).
 func IsSillyName(name string) bool {
 	const pfx = ".nfs"
 	if len(name) < len(pfx) || name[:len(pfx)] != pfx {
