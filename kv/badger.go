@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -22,7 +24,10 @@ type BadgerOptions struct {
 	// Default 1 KiB, so data blocks do not bloat the LSM tree and a
 	// transaction of many blocks stays far from Badger's size limit.
 	ValueThreshold int64
-	// MemTableSize and NumMemtables bound write buffering (64 MiB x 2).
+	// MemTableSize and NumMemtables bound write buffering (2 memtables of
+	// an eighth of the reserve, between 16 and 64 MiB: 64 MiB with the
+	// default reserve). The reserve must cover the memtables waiting for
+	// their flush and the compaction after it.
 	MemTableSize int64
 	NumMemtables int
 	// BlockCacheSize and IndexCacheSize (32 MiB each).
@@ -30,11 +35,19 @@ type BadgerOptions struct {
 	IndexCacheSize int64
 	// SyncWrites makes every commit durable against power loss (slow).
 	SyncWrites bool
+	// Reserve is the free space kept on the store's filesystem (default
+	// DefaultReserve; negative disables the check). Writes that would eat
+	// into it fail with ErrNoSpace, because Badger writes through mmaps and
+	// a full disk would kill the process with SIGBUS. A store opened with
+	// less than half the reserve free opens read-only. See reserve.
+	Reserve int64
 	// GCInterval is how often value-log GC runs in the background (5 min);
 	// negative disables it.
 	GCInterval time.Duration
 	// Logger receives Badger's warnings and errors (default slog.Default()).
 	Logger *slog.Logger
+
+	valueLogFileSize int64 // tests: rotate value logs sooner (default 256 MiB)
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -42,8 +55,11 @@ func (o *BadgerOptions) EnsureDefaults() {
 	if o.ValueThreshold <= 0 {
 		o.ValueThreshold = 1 << 10
 	}
+	if o.Reserve == 0 {
+		o.Reserve = DefaultReserve
+	}
 	if o.MemTableSize <= 0 {
-		o.MemTableSize = 64 << 20
+		o.MemTableSize = min(max(o.Reserve/8, 16<<20), 64<<20)
 	}
 	if o.NumMemtables <= 0 {
 		o.NumMemtables = 2
@@ -60,34 +76,58 @@ func (o *BadgerOptions) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.valueLogFileSize <= 0 {
+		o.valueLogFileSize = 256 << 20
+	}
 }
 
 // badgerStore implements Store on Badger v4.
 type badgerStore struct {
 	db     *badger.DB
+	dir    string        // read only
 	opts   BadgerOptions // read only
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// Group commit for Sync: concurrent callers share one fsync that
-	// started after they called.
-	syncMu      sync.Mutex // protects the following
-	syncCond    *sync.Cond
-	syncRunning bool
-	syncStarted uint64 // fsyncs started
-	syncDone    uint64 // fsyncs finished
-	syncErr     error  // result of the last finished fsync
+	syncer *groupSync // Sync's group commit
+	logs   *logFiles  // nil in memory
+	res    reserve    // free-space reserve; size 0 in memory
+	// roErr is set when the store was opened read-only because its disk
+	// was full: every write fails with it.
+	roErr error // read only
 }
 
 var _ Store = (*badgerStore)(nil)
 
 // OpenBadger opens (creating if needed) a Badger store in dir. Only one
 // process may open a directory at a time.
+//
+// On a filesystem with less than half the reserve free, the store opens
+// read-only (Badger would write its new logs at once) and every write fails
+// with ErrNoSpace until it is opened again with space.
 func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
+	return openBadger(dir, opts, statfsDir)
+}
+
+func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResult, error)) (Store, error) {
 	opts.EnsureDefaults()
 	bo := badger.DefaultOptions(dir)
 	if opts.InMemory {
 		bo = badger.DefaultOptions("").WithInMemory(true)
+	}
+	s := &badgerStore{opts: opts, dir: dir}
+	if !opts.InMemory && opts.Reserve > 0 {
+		s.res = reserve{dir: dir, size: uint64(opts.Reserve), statfs: statfs}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("kv: open %s: %w", dir, mapErr(err))
+		}
+		if st, err := s.res.stat(); err == nil && st.avail < s.res.size/2 && hasStore(dir) {
+			s.roErr = fmt.Errorf("%w: the store was opened read-only because the filesystem of %s had only %s free (the store keeps %s free so that it never fills the disk); free space on that filesystem and restart the server to write again",
+				ErrNoSpace, dir, FormatBytes(st.avail), FormatBytes(s.res.size))
+			bo = bo.WithReadOnly(true)
+			opts.Logger.Warn("kv: disk full: store opened read-only", "dir", dir,
+				"free", FormatBytes(st.avail), "reserve", FormatBytes(s.res.size))
+		}
 	}
 	if !opts.InMemory {
 		bo = bo.WithValueThreshold(opts.ValueThreshold)
@@ -105,7 +145,7 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 		WithIndexCacheSize(opts.IndexCacheSize).
 		WithSyncWrites(opts.SyncWrites).
 		WithNumCompactors(2).
-		WithValueLogFileSize(256 << 20).
+		WithValueLogFileSize(opts.valueLogFileSize).
 		WithLogger(badgerLogger{opts.Logger}).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(true)
@@ -114,9 +154,12 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 		return nil, fmt.Errorf("kv: open %s: %w", dir, mapErr(err))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &badgerStore{db: db, opts: opts, cancel: cancel}
-	s.syncCond = sync.NewCond(&s.syncMu)
-	if opts.GCInterval > 0 && !opts.InMemory {
+	s.db, s.cancel = db, cancel
+	s.syncer = newGroupSync(s.syncAll)
+	if !opts.InMemory && s.roErr == nil {
+		s.logs = newLogFiles(dir)
+	}
+	if opts.GCInterval > 0 && !opts.InMemory && s.roErr == nil {
 		s.wg.Add(1)
 		go s.gcLoop(ctx)
 	}
@@ -132,7 +175,7 @@ func (s *badgerStore) gcLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			for s.db.RunValueLogGC(0.5) == nil {
+			for s.runValueLogGC(0.5) == nil {
 				if ctx.Err() != nil {
 					return
 				}
@@ -148,12 +191,51 @@ func (s *badgerStore) View(ctx context.Context, fn func(Txn) error) error {
 	return mapErr(s.db.View(func(t *badger.Txn) error { return fn(&badgerTxn{t: t}) }))
 }
 
+// hasStore reports whether dir already holds a Badger store.
+func hasStore(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, badger.ManifestFilename))
+	return err == nil
+}
+
+// runValueLogGC runs one round of value-log GC so that a power loss cannot
+// lose what it moves. Badger rewrites the live entries of a value log into
+// the current logs and then deletes the old file, without an fsync in
+// between; but it defers the deletion while an iterator is open. So an
+// iterator stays open until the moved entries are synced.
+func (s *badgerStore) runValueLogGC(discardRatio float64) error {
+	txn := s.db.NewTransaction(false)
+	it := txn.NewIterator(badger.IteratorOptions{})
+	err := s.db.RunValueLogGC(discardRatio)
+	if err == nil {
+		err = s.syncer.sync()
+	}
+	it.Close()
+	txn.Discard()
+	return err
+}
+
 func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
+	if s.roErr != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// A read-only store still runs transactions that only read.
+		return mapErr(s.db.View(func(t *badger.Txn) error { return fn(&badgerTxn{t: t, rw: true, roErr: s.roErr}) }))
+	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := s.db.Update(func(t *badger.Txn) error { return fn(&badgerTxn{t: t, rw: true}) })
+		err := s.db.Update(func(t *badger.Txn) error {
+			tx := &badgerTxn{t: t, rw: true}
+			if err := fn(tx); err != nil {
+				return err
+			}
+			if tx.writes == 0 {
+				return nil
+			}
+			return s.res.admit(tx.bytes)
+		})
 		if !errors.Is(err, badger.ErrConflict) {
 			return mapErr(err)
 		}
@@ -172,30 +254,52 @@ func (s *badgerStore) NewSnapshot() Snapshot {
 
 // Sync makes every transaction committed before the call durable. Callers
 // that arrive while an fsync runs wait for the next one, which serves them
-// all (group commit), so N concurrent COMMITs cost about two fsyncs.
+// all (group commit), so N concurrent COMMITs cost about two fsyncs. See
+// groupSync for the error rules and logFiles for what is synced.
 func (s *badgerStore) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	want := s.syncStarted + 1 // an fsync that starts after this call
-	for s.syncDone < want {
-		if s.syncRunning {
-			s.syncCond.Wait()
-			continue
-		}
-		s.syncRunning = true
-		s.syncStarted++
-		gen := s.syncStarted
-		s.syncMu.Unlock()
-		err := s.db.Sync()
-		s.syncMu.Lock()
-		s.syncRunning = false
-		s.syncDone, s.syncErr = gen, err
-		s.syncCond.Broadcast()
+	return mapErr(s.syncer.sync())
+}
+
+// syncAll is one fsync of everything a committed transaction may sit in.
+func (s *badgerStore) syncAll() error {
+	if s.logs == nil {
+		return s.db.Sync() // in memory or read-only: nothing to sync
 	}
-	return mapErr(s.syncErr)
+	if err := syncMapped(s.db); err != nil {
+		return err
+	}
+	return s.logs.sync()
+}
+
+// Space reports the store's filesystem minus the reserve.
+func (s *badgerStore) Space() (Space, error) {
+	if s.opts.InMemory {
+		return Space{}, fmt.Errorf("kv: an in-memory store has no filesystem")
+	}
+	var st statfsResult
+	var err error
+	if s.res.statfs != nil {
+		st, err = s.res.stat()
+	} else {
+		st, err = statfsDir(s.dir)
+	}
+	if err != nil {
+		return Space{}, err
+	}
+	r := s.res.size
+	sub := func(n uint64) uint64 {
+		if n < r {
+			return 0
+		}
+		return n - r
+	}
+	return Space{
+		TotalBytes: st.total, FreeBytes: sub(st.free), AvailBytes: sub(st.avail),
+		TotalFiles: st.files, FreeFiles: st.ffree, Reserve: r, ReadOnly: s.roErr != nil,
+	}, nil
 }
 
 func (s *badgerStore) Size() (int64, error) {
@@ -204,7 +308,7 @@ func (s *badgerStore) Size() (int64, error) {
 }
 
 func (s *badgerStore) Compact(ctx context.Context) error {
-	if s.opts.InMemory {
+	if s.opts.InMemory || s.roErr != nil {
 		return nil
 	}
 	if err := s.db.Flatten(2); err != nil {
@@ -214,7 +318,7 @@ func (s *badgerStore) Compact(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := s.db.RunValueLogGC(0.01)
+		err := s.runValueLogGC(0.01)
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
 			return nil
 		}
@@ -248,8 +352,12 @@ func mapErr(err error) error {
 }
 
 type badgerTxn struct {
-	t  *badger.Txn
-	rw bool
+	t     *badger.Txn
+	rw    bool
+	roErr error // set in a read-only store: writes fail with it
+
+	writes int    // Set and Delete calls
+	bytes  uint64 // bytes of keys and values written
 }
 
 func (t *badgerTxn) Get(key []byte) ([]byte, error) {
@@ -314,6 +422,11 @@ func (t *badgerTxn) Set(key, value []byte) error {
 	if !t.rw {
 		return ErrReadOnly
 	}
+	if t.roErr != nil {
+		return t.roErr
+	}
+	t.writes++
+	t.bytes += uint64(len(key) + len(value))
 	// Badger keeps the slices until commit: copy them so callers may reuse.
 	return mapErr(t.t.Set(append([]byte(nil), key...), append([]byte(nil), value...)))
 }
@@ -322,6 +435,11 @@ func (t *badgerTxn) Delete(key []byte) error {
 	if !t.rw {
 		return ErrReadOnly
 	}
+	if t.roErr != nil {
+		return t.roErr
+	}
+	t.writes++
+	t.bytes += uint64(len(key))
 	return mapErr(t.t.Delete(append([]byte(nil), key...)))
 }
 

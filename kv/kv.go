@@ -69,11 +69,16 @@ var (
 	ErrReadOnly = errors.New("kv: read-only transaction")
 	// ErrTxnTooBig is returned when a transaction exceeds the store's limits.
 	ErrTxnTooBig = errors.New("kv: transaction too big")
-	// ErrNoSpace is returned when the disk is full; nothing of the failed
-	// transaction is stored.
+	// ErrNoSpace is returned when the disk is full or would eat into the
+	// free-space reserve, and by every write of a store opened read-only
+	// on a full disk; nothing of the failed transaction is stored.
 	ErrNoSpace = errors.New("kv: no space left on device")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("kv: store closed")
 	// ErrConflict is returned by Update when retries are exhausted.
 	ErrConflict = errors.New("kv: transaction conflict")
+	// ErrSyncFailed is returned by Sync once an fsync has failed: the
+	// store cannot tell any more which transactions are durable, and every
+	// later Sync fails until it is opened again.
+	ErrSyncFailed = errors.New("kv: sync failed")
 )

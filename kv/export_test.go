@@ -1,0 +1,43 @@
+package kv
+
+import "time"
+
+// Test-only hooks.
+
+// StatfsFunc reports the free bytes of a filesystem (statfs's f_bavail).
+type StatfsFunc func(dir string) (avail uint64, err error)
+
+// OpenBadgerWithStatfs opens a store that sees the disk through statfs.
+func OpenBadgerWithStatfs(dir string, opts BadgerOptions, statfs StatfsFunc) (Store, error) {
+	return openBadger(dir, opts, func(d string) (statfsResult, error) {
+		avail, err := statfs(d)
+		return statfsResult{total: 1 << 40, free: avail, avail: avail}, err
+	})
+}
+
+// WithValueLogFileSize makes value logs rotate after n bytes.
+func WithValueLogFileSize(o BadgerOptions, n int64) BadgerOptions {
+	o.valueLogFileSize = n
+	return o
+}
+
+// SetLogFsync replaces the fsync of the files behind s's Sync.
+func SetLogFsync(s Store, fsync func(path string) error) {
+	b := s.(*badgerStore)
+	b.logs.mu.Lock()
+	b.logs.fsync = fsync
+	b.logs.mu.Unlock()
+}
+
+// NewGroupSync returns the group-commit Sync around fsync.
+func NewGroupSync(fsync func() error) (sync func() error) {
+	return newGroupSync(fsync).sync
+}
+
+// ExpireSpaceCache makes s's next write look at the disk again.
+func ExpireSpaceCache(s Store) {
+	b := s.(*badgerStore)
+	b.res.mu.Lock()
+	b.res.at = time.Time{}
+	b.res.mu.Unlock()
+}

@@ -1,0 +1,180 @@
+package kv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// groupSync shares fsyncs between concurrent Sync callers (group commit)
+// while keeping two promises:
+//
+//   - each caller gets the result of an fsync that started after it called,
+//     so it covers every transaction the caller saw committed;
+//   - a failed fsync is never hidden behind a later success. After an fsync
+//     error the kernel may have dropped the dirty pages it could not write
+//     and a later fsync of the same file reports success, so the first
+//     failure sticks: every later Sync returns it until the store is opened
+//     again (and recovers from what reached the disk).
+type groupSync struct {
+	fn func() error // the fsync; read only
+
+	mu      sync.Mutex // protects the following
+	cond    *sync.Cond
+	running bool
+	started uint64 // fsyncs started
+	done    uint64 // fsyncs finished
+	failed  error  // first fsync failure, sticky
+}
+
+func newGroupSync(fn func() error) *groupSync {
+	g := &groupSync{fn: fn}
+	g.cond = sync.NewCond(&g.mu)
+	return g
+}
+
+// sync returns once an fsync that started after the call has finished, with
+// an error if it or any earlier fsync failed.
+func (g *groupSync) sync() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	want := g.started + 1 // the first fsync that starts after this call
+	for g.done < want && g.failed == nil {
+		if g.running {
+			g.cond.Wait()
+			continue
+		}
+		g.running = true
+		g.started++
+		gen := g.started
+		g.mu.Unlock()
+		err := g.fn()
+		g.mu.Lock()
+		g.running = false
+		g.done = gen
+		if err != nil && g.failed == nil {
+			g.failed = fmt.Errorf("%w: an fsync of the store failed (%w); transactions since the last successful sync may not be durable, so every later sync fails too: restart the server, which recovers the store from what reached the disk", ErrSyncFailed, err)
+		}
+		g.cond.Broadcast()
+	}
+	return g.failed
+}
+
+// logFiles syncs Badger's write-ahead logs, which DB.Sync alone does not
+// fully cover.
+//
+// Badger v4 writes every transaction to the write-ahead log of the active
+// memtable (*.mem) and large values to the current value log (*.vlog), both
+// through shared mmaps. DB.Sync msyncs only the active memtable's log and the
+// newest value log. When a memtable fills, Badger rotates to a new one and
+// flushes the old one to a table in the background; until that flush ends,
+// the old memtable's log holds the only copy of its transactions, unsynced.
+// A value log that reached its size limit is likewise rotated without a
+// sync. So a DB.Sync right after a rotation would leave earlier transactions
+// exposed to a power loss while a later one is durable.
+//
+// logFiles therefore fsyncs every *.mem and *.vlog file in the directory
+// that has not been fsynced since it stopped changing, and the directory
+// itself when files appeared since its last fsync (Badger does not fsync
+// the directory when it creates these files). A file stops changing when
+// Badger rotates away from it: the single writer finishes writing a log
+// before it creates the next one, so a file with a newer sibling of the same
+// kind in a listing is complete, and once fsynced it is clean for good.
+// Files that disappeared since the call began were either flushed to a
+// table that Badger fsynced before deleting the log, or emptied by
+// value-log GC. An fsync through our own descriptor writes back the pages
+// Badger dirtied through its mapping (they are the same page cache pages),
+// so together the fsyncs cover every transaction committed before the
+// listing, which is taken after Sync was called.
+type logFiles struct {
+	dir   string                  // read only
+	fsync func(path string) error // read only (tests swap it under mu)
+
+	mu      sync.Mutex      // protects the following; held across a sync
+	clean   map[string]bool // complete files fsynced since they completed
+	dirSeen map[string]bool // names present at the last directory fsync
+}
+
+func newLogFiles(dir string) *logFiles {
+	return &logFiles{dir: dir, fsync: fsyncPath, clean: map[string]bool{}, dirSeen: map[string]bool{}}
+}
+
+func fsyncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// sync fsyncs what needs it; see logFiles.
+func (l *logFiles) sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return err
+	}
+	newest := map[string]int64{} // extension -> highest file id
+	type logFile struct {
+		name, ext string
+		id        int64
+	}
+	var files []logFile
+	names := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		ext := filepath.Ext(e.Name())
+		if ext != ".mem" && ext != ".vlog" {
+			continue
+		}
+		id, err := strconv.ParseInt(strings.TrimSuffix(e.Name(), ext), 10, 64)
+		if err != nil {
+			continue
+		}
+		names[e.Name()] = true
+		files = append(files, logFile{e.Name(), ext, id})
+		if n, ok := newest[ext]; !ok || id > n {
+			newest[ext] = id
+		}
+	}
+	for _, f := range files {
+		if l.clean[f.name] {
+			continue
+		}
+		if err := l.fsync(filepath.Join(l.dir, f.name)); err != nil {
+			if os.IsNotExist(err) {
+				continue // flushed or collected meanwhile
+			}
+			return err
+		}
+		if f.id < newest[f.ext] {
+			l.clean[f.name] = true
+		}
+	}
+	for n := range l.clean {
+		if !names[n] {
+			delete(l.clean, n)
+		}
+	}
+	grown := false
+	for n := range names {
+		if !l.dirSeen[n] {
+			grown = true
+			break
+		}
+	}
+	if grown {
+		if err := l.fsync(l.dir); err != nil {
+			return err
+		}
+		l.dirSeen = names
+	}
+	return nil
+}
