@@ -191,17 +191,17 @@ func (f *Billy) OpenFile(filename string, flag int, perm os.FileMode) (billy.Fil
 	case errors.Is(err, syscall.ENOENT) && flag&os.O_CREATE != 0:
 		d, name, err := f.parentOf(filename)
 		if err != nil {
-			return nil, wrap("open", filename, err)
+			return nil, f.wrap("open", filename, err)
 		}
 		how := CreateUnchecked
 		if flag&os.O_EXCL != 0 {
 			how = CreateGuarded
 		}
 		if a, err = f.create(d.Ino, name, how, NewAttr{Mode: modeToPOSIX(perm)}, 0); err != nil {
-			return nil, wrap("open", filename, err)
+			return nil, f.wrap("open", filename, err)
 		}
 	default:
-		return nil, wrap("open", filename, err)
+		return nil, f.wrap("open", filename, err)
 	}
 	if a.Type == TypeDir && flag&(os.O_WRONLY|os.O_RDWR) != 0 {
 		return nil, pathErr("open", filename, syscall.EISDIR)
@@ -209,7 +209,7 @@ func (f *Billy) OpenFile(filename string, flag int, perm os.FileMode) (billy.Fil
 	if flag&os.O_TRUNC != 0 && a.Type == TypeRegular && a.Size > 0 {
 		zero := uint64(0)
 		if _, err := f.setAttr(a.Ino, SetAttr{Size: &zero}); err != nil {
-			return nil, wrap("open", filename, err)
+			return nil, f.wrap("open", filename, err)
 		}
 	}
 	file := &File{fs: f.FS, ino: a.Ino, name: cleanName(filename), flag: flag}
@@ -223,7 +223,7 @@ func (f *Billy) OpenFile(filename string, flag int, perm os.FileMode) (billy.Fil
 func (f *Billy) Stat(filename string) (os.FileInfo, error) {
 	a, err := f.resolve(filename, true)
 	if err != nil {
-		return nil, wrap("stat", filename, err)
+		return nil, f.wrap("stat", filename, err)
 	}
 	return &FileInfo{a, baseName(filename)}, nil
 }
@@ -232,7 +232,7 @@ func (f *Billy) Stat(filename string) (os.FileInfo, error) {
 func (f *Billy) Lstat(filename string) (os.FileInfo, error) {
 	a, err := f.resolve(filename, false)
 	if err != nil {
-		return nil, wrap("lstat", filename, err)
+		return nil, f.wrap("lstat", filename, err)
 	}
 	return &FileInfo{a, baseName(filename)}, nil
 }
@@ -241,26 +241,26 @@ func (f *Billy) Lstat(filename string) (os.FileInfo, error) {
 func (f *Billy) Rename(oldpath, newpath string) error {
 	od, on, err := f.parentOf(oldpath)
 	if err != nil {
-		return wrap("rename", oldpath, err)
+		return f.wrap("rename", oldpath, err)
 	}
 	nd, nn, err := f.parentOf(newpath)
 	if err != nil {
-		return wrap("rename", newpath, err)
+		return f.wrap("rename", newpath, err)
 	}
-	return wrap("rename", oldpath, f.rename(od.Ino, on, nd.Ino, nn))
+	return f.wrap("rename", oldpath, f.rename(od.Ino, on, nd.Ino, nn))
 }
 
 // Remove removes a file or an empty directory.
 func (f *Billy) Remove(filename string) error {
 	d, name, err := f.parentOf(filename)
 	if err != nil {
-		return wrap("remove", filename, err)
+		return f.wrap("remove", filename, err)
 	}
 	a, err := f.lookup(d.Ino, name)
 	if err != nil {
-		return wrap("remove", filename, err)
+		return f.wrap("remove", filename, err)
 	}
-	return wrap("remove", filename, f.remove(d.Ino, name, a.Type == TypeDir))
+	return f.wrap("remove", filename, f.remove(d.Ino, name, a.Type == TypeDir))
 }
 
 // Join joins path elements.
@@ -306,14 +306,14 @@ func itoa(v uint64) string {
 func (f *Billy) ReadDir(p string) ([]os.FileInfo, error) {
 	d, err := f.resolve(p, true)
 	if err != nil {
-		return nil, wrap("readdir", p, err)
+		return nil, f.wrap("readdir", p, err)
 	}
 	var out []os.FileInfo
 	cookie := uint64(0)
 	for {
 		ents, eof, err := f.readDir(d.Ino, cookie, 1024)
 		if err != nil {
-			return nil, wrap("readdir", p, err)
+			return nil, f.wrap("readdir", p, err)
 		}
 		for _, e := range ents {
 			a, err := f.getAttr(e.Ino)
@@ -343,11 +343,11 @@ func sortInfos(v []os.FileInfo) {
 func (f *Billy) MkdirAll(filename string, perm os.FileMode) error {
 	parts, err := splitPath(filename)
 	if err != nil {
-		return wrap("mkdir", filename, err)
+		return f.wrap("mkdir", filename, err)
 	}
 	cur, err := f.getAttr(RootIno)
 	if err != nil {
-		return wrap("mkdir", filename, err)
+		return f.wrap("mkdir", filename, err)
 	}
 	for i, name := range parts {
 		next, err := f.walk(cur.Ino, []string{name}, true, 0)
@@ -358,7 +358,7 @@ func (f *Billy) MkdirAll(filename string, perm os.FileMode) error {
 			}
 		}
 		if err != nil {
-			return wrap("mkdir", path.Join(parts[:i+1]...), err)
+			return f.wrap("mkdir", path.Join(parts[:i+1]...), err)
 		}
 		if next.Type != TypeDir {
 			return pathErr("mkdir", path.Join(parts[:i+1]...), syscall.ENOTDIR)
@@ -372,40 +372,40 @@ func (f *Billy) MkdirAll(filename string, perm os.FileMode) error {
 func (f *Billy) Symlink(target, link string) error {
 	d, name, err := f.parentOf(link)
 	if err != nil {
-		return wrap("symlink", link, err)
+		return f.wrap("symlink", link, err)
 	}
 	_, err = f.mknode(d.Ino, name, TypeSymlink, NewAttr{Mode: 0o777}, target)
-	return wrap("symlink", link, err)
+	return f.wrap("symlink", link, err)
 }
 
 // Readlink returns the target of a symlink.
 func (f *Billy) Readlink(link string) (string, error) {
 	a, err := f.resolve(link, false)
 	if err != nil {
-		return "", wrap("readlink", link, err)
+		return "", f.wrap("readlink", link, err)
 	}
 	t, err := f.readlink(a.Ino)
-	return t, wrap("readlink", link, err)
+	return t, f.wrap("readlink", link, err)
 }
 
 // Link creates newname as a hard link to oldname.
 func (f *Billy) Link(oldname, newname string) error {
 	a, err := f.resolve(oldname, false)
 	if err != nil {
-		return wrap("link", oldname, err)
+		return f.wrap("link", oldname, err)
 	}
 	d, name, err := f.parentOf(newname)
 	if err != nil {
-		return wrap("link", newname, err)
+		return f.wrap("link", newname, err)
 	}
 	_, err = f.link(a.Ino, d.Ino, name)
-	return wrap("link", newname, err)
+	return f.wrap("link", newname, err)
 }
 
 // Chroot returns a view of the subtree at p.
 func (f *Billy) Chroot(p string) (billy.Filesystem, error) {
 	if _, err := splitPath(p); err != nil {
-		return nil, wrap("chroot", p, err)
+		return nil, f.wrap("chroot", p, err)
 	}
 	return chroot.New(f, p), nil
 }
@@ -427,11 +427,11 @@ func (f *Billy) Capabilities() billy.Capability {
 func (f *Billy) Chmod(name string, mode os.FileMode) error {
 	a, err := f.resolve(name, true)
 	if err != nil {
-		return wrap("chmod", name, err)
+		return f.wrap("chmod", name, err)
 	}
 	m := modeToPOSIX(mode)
 	_, err = f.setAttr(a.Ino, SetAttr{Mode: &m})
-	return wrap("chmod", name, err)
+	return f.wrap("chmod", name, err)
 }
 
 // Lchown changes the owner of name without following a symlink.
@@ -443,7 +443,7 @@ func (f *Billy) Chown(name string, uid, gid int) error { return f.chown(name, ui
 func (f *Billy) chown(name string, uid, gid int, follow bool) error {
 	a, err := f.resolve(name, follow)
 	if err != nil {
-		return wrap("chown", name, err)
+		return f.wrap("chown", name, err)
 	}
 	var sa SetAttr
 	if uid >= 0 {
@@ -455,17 +455,17 @@ func (f *Billy) chown(name string, uid, gid int, follow bool) error {
 		sa.GID = &g
 	}
 	_, err = f.setAttr(a.Ino, sa)
-	return wrap("chown", name, err)
+	return f.wrap("chown", name, err)
 }
 
 // Chtimes sets access and modification times.
 func (f *Billy) Chtimes(name string, atime, mtime time.Time) error {
 	a, err := f.resolve(name, true)
 	if err != nil {
-		return wrap("chtimes", name, err)
+		return f.wrap("chtimes", name, err)
 	}
 	_, err = f.setAttr(a.Ino, SetAttr{Atime: &atime, Mtime: &mtime})
-	return wrap("chtimes", name, err)
+	return f.wrap("chtimes", name, err)
 }
 
 // modeToPOSIX converts Go FileMode permission bits to POSIX bits.
@@ -571,7 +571,7 @@ func (h *File) Write(p []byte) (int, error) {
 		h.off = int64(a.Size)
 	}
 	if _, err := h.fs.writeAt(h.ino, p, h.off); err != nil {
-		return 0, wrap("write", h.name, err)
+		return 0, h.fs.wrap("write", h.name, err)
 	}
 	h.off += int64(len(p))
 	return len(p), nil
@@ -585,7 +585,7 @@ func (h *File) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	if _, err := h.fs.writeAt(h.ino, p, off); err != nil {
-		return 0, wrap("write", h.name, err)
+		return 0, h.fs.wrap("write", h.name, err)
 	}
 	return len(p), nil
 }
@@ -616,7 +616,7 @@ func (h *File) readAt(p []byte, off int64) (int, error) {
 	}
 	n, eof, err := h.fs.readAt(h.ino, p, off)
 	if err != nil {
-		return n, wrap("read", h.name, err)
+		return n, h.fs.wrap("read", h.name, err)
 	}
 	if n < len(p) || (eof && n == 0) {
 		return n, io.EOF
@@ -675,5 +675,5 @@ func (h *File) Truncate(size int64) error {
 	}
 	s := uint64(size)
 	_, err := h.fs.setAttr(h.ino, SetAttr{Size: &s})
-	return wrap("truncate", h.name, err)
+	return h.fs.wrap("truncate", h.name, err)
 }

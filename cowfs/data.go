@@ -275,7 +275,7 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		n = int(end - uint64(off))
 		return nil
 	})
-	return n, eof, wrap("read", "", err)
+	return n, eof, f.wrap("read", "", err)
 }
 
 // applyPatches applies the edits of a patch reference to data in place.
@@ -423,7 +423,7 @@ func (f *FS) writeAt(ino InodeID, p []byte, off int64) (Attr, error) {
 		record(hashes)
 		return nil
 	})
-	return out, wrap("write", "", err)
+	return out, f.wrap("write", "", err)
 }
 
 // commitWith runs fn under the tracker's read lock; fn records the hashes
@@ -615,6 +615,3 @@ func (f *FS) truncate(tx kv.Txn, st state, n *inode, size uint64) error {
 	}
 	return nil
 }
-
-// StatFS reports the space of the disk holding the store.
-func (f *FS) StatFS() (StatFS, error) { return statFS(f.opts.StatDir) }

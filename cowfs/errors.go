@@ -46,8 +46,18 @@ func toErrno(err error) syscall.Errno {
 	return syscall.EIO
 }
 
-// wrap converts any error to the PathError form.
+// wrap converts any error to the PathError form, logging an unexpected one
+// to the view's logger before it is flattened to EIO.
+func (f *FS) wrap(op, path string, err error) error {
+	return wrapLog(f.opts.Logger, op, path, err)
+}
+
+// wrap is FS.wrap for code without a view: it logs to slog.Default().
 func wrap(op, path string, err error) error {
+	return wrapLog(slog.Default(), op, path, err)
+}
+
+func wrapLog(log *slog.Logger, op, path string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -58,12 +68,7 @@ func wrap(op, path string, err error) error {
 		}
 	}
 	if toErrno(err) == syscall.EIO {
-		slogWarn(op, path, err)
+		log.Warn("cowfs: unexpected error", "op", op, "path", path, "err", err)
 	}
 	return pathErr(op, path, toErrno(err))
-}
-
-// slogWarn logs an unexpected error before it is flattened to EIO.
-func slogWarn(op, path string, err error) {
-	slog.Warn("cowfs: unexpected error", "op", op, "path", path, "err", err)
 }

@@ -211,7 +211,7 @@ func (f *FS) getAttr(ino InodeID) (Attr, error) {
 	if errors.Is(err, syscall.ENOENT) {
 		err = syscall.ESTALE
 	}
-	return a, wrap("getattr", "", err)
+	return a, f.wrap("getattr", "", err)
 }
 
 func (f *FS) lookup(dir InodeID, name string) (Attr, error) {
@@ -254,7 +254,7 @@ func (f *FS) lookup(dir InodeID, name string) (Attr, error) {
 		a = n.attr()
 		return nil
 	})
-	return a, wrap("lookup", name, err)
+	return a, f.wrap("lookup", name, err)
 }
 
 // view runs fn in a read-only transaction on the view's current stack.
@@ -294,7 +294,7 @@ func (f *FS) update(op, name string, ns bool, fn func(tx kv.Txn, st state) error
 	}
 	f.dirty.Store(true) // before the commit: a racing fork must not miss it
 	err = f.store.Update(f.ctx, func(tx kv.Txn) error { return fn(tx, st) })
-	return wrap(op, name, err)
+	return f.wrap(op, name, err)
 }
 
 func (f *FS) newInode(t FileType, a NewAttr, dir InodeID, name string) (*inode, error) {
@@ -340,7 +340,7 @@ func (f *FS) create(dir InodeID, name string, how CreateHow, a NewAttr, verf uin
 	}
 	n, err := f.newInode(TypeRegular, a, dir, name)
 	if err != nil {
-		return Attr{}, wrap("create", name, err)
+		return Attr{}, f.wrap("create", name, err)
 	}
 	if how == CreateExclusive {
 		n.HasVerf, n.Verifier = true, verf
@@ -406,7 +406,7 @@ func (f *FS) mknode(dir InodeID, name string, t FileType, a NewAttr, target stri
 	}
 	n, err := f.newInode(t, a, dir, name)
 	if err != nil {
-		return Attr{}, wrap(op, name, err)
+		return Attr{}, f.wrap(op, name, err)
 	}
 	if t == TypeSymlink {
 		n.Mode = 0o777
@@ -750,7 +750,7 @@ func (f *FS) readlink(ino InodeID) (string, error) {
 		t = n.Target
 		return nil
 	})
-	return t, wrap("readlink", "", err)
+	return t, f.wrap("readlink", "", err)
 }
 
 func (f *FS) readDir(dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error) {
@@ -767,7 +767,7 @@ func (f *FS) readDir(dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error
 		out, eof, err = f.listLocked(tx, st, dir, cookie, n)
 		return err
 	})
-	return out, eof, wrap("readdir", "", err)
+	return out, eof, f.wrap("readdir", "", err)
 }
 
 // listLocked merges the entries of dir across the layers holding it, in
@@ -869,7 +869,7 @@ func (f *FS) pathOf(ino InodeID) (string, error) {
 		err = syscall.ESTALE
 	}
 	if err != nil {
-		return "", wrap("path", "", err)
+		return "", f.wrap("path", "", err)
 	}
 	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
 		parts[i], parts[j] = parts[j], parts[i]

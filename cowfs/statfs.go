@@ -1,14 +1,40 @@
 package cowfs
 
-import "syscall"
+import (
+	"syscall"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// StatFS reports the space of the disk holding the store, as far as the
+// store may use it: a store that keeps a free-space reserve
+// (kv.SpaceReporter) does not count the reserve as free, so that clients
+// see a full disk when writes start to fail with ENOSPC. Without a
+// reporter it reports Options.StatDir's filesystem.
+func (f *FS) StatFS() (StatFS, error) {
+	if r, ok := f.store.(kv.SpaceReporter); ok {
+		sp, err := r.Space()
+		if err == nil {
+			return StatFS{
+				TotalBytes: sp.TotalBytes, FreeBytes: sp.FreeBytes, AvailBytes: sp.AvailBytes,
+				TotalFiles: sp.TotalFiles, FreeFiles: sp.FreeFiles,
+			}, nil
+		}
+		if f.opts.StatDir == "" {
+			return StatFS{}, f.wrap("statfs", "", err)
+		}
+	}
+	return statFS(f.opts.StatDir)
+}
 
 func statFS(dir string) (StatFS, error) {
 	if dir == "" {
+		// An in-memory store has no disk: report the process's.
 		dir = "."
 	}
 	var s syscall.Statfs_t
 	if err := syscall.Statfs(dir, &s); err != nil {
-		return StatFS{}, wrap("statfs", dir, err)
+		return StatFS{}, pathErr("statfs", dir, toErrno(err))
 	}
 	bs := uint64(s.Bsize)
 	return StatFS{
