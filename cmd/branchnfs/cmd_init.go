@@ -65,8 +65,9 @@ func runInit(ctx context.Context, o *initOptions) error {
 	if redo, err := recoverImport(ctx, s, o.stderr); err != nil {
 		s.Close()
 		return err
-	} else if !redo && !fresh {
-		// The interrupted import had in fact completed.
+	} else if !fresh && (!redo || o.From == "") {
+		// The interrupted import had in fact completed, or there is nothing
+		// to redo it with (recoverImport said how).
 		if err := s.Close(); err != nil {
 			return err
 		}
@@ -95,13 +96,15 @@ func removeNewStore(dir string, dirExisted bool) {
 		os.RemoveAll(dir)
 		return
 	}
-	for _, n := range []string{dbDirName, lockFileName} {
+	for _, n := range []string{dbDirName, lockFileName, importPendingName} {
 		os.RemoveAll(filepath.Join(dir, n))
 	}
 }
 
-// importPendingName is STORE/import.pending: it exists while an initial
-// import runs, so that one interrupted by a crash is noticed and redone.
+// importPendingName is STORE/import.pending: it holds the source directory
+// of an initial import and exists until that import has completed (its
+// commit synced), so that an import interrupted by a crash or a failure is
+// noticed, reported and redone by the next --from.
 const importPendingName = "import.pending"
 
 // importPrefix starts the names of the temporary import branches.
@@ -112,58 +115,111 @@ func importPending(dir string) bool {
 	return err == nil
 }
 
+// pendingImportSource returns the source directory recorded in the marker.
+func pendingImportSource(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, importPendingName))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// writeImportMarker durably records that an import of src has started.
+func writeImportMarker(dir, src string) error {
+	f, err := os.OpenFile(filepath.Join(dir, importPendingName), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(src + "\n")
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	return err
+}
+
+// removeImportMarker durably records that no import is pending.
+func removeImportMarker(dir string) error {
+	if err := os.Remove(filepath.Join(dir, importPendingName)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // recoverImport cleans up after an initial import that a crash interrupted:
 // it aborts the leftover temporary branch. It reports whether main is
-// still without the import (so --from should run again).
+// still without the import (so --from should run again); then the marker
+// stays, so that a later --from still redoes the import, and the user is
+// told how. If main has content, the import completed (or main was written
+// since) and the marker goes.
 func recoverImport(ctx context.Context, s *openedStore, w io.Writer) (redo bool, err error) {
 	if !importPending(s.dir) {
 		return false, nil
 	}
+	src := pendingImportSource(s.dir)
 	infos, err := s.mgr.List(ctx)
 	if err != nil {
 		return false, err
 	}
-	redo = true
-	found := false
 	for _, in := range infos {
 		if strings.HasPrefix(in.Name, importPrefix) && in.State == branches.StateLive {
-			found = true
 			if _, err := s.mgr.Abort(ctx, in.Name); err != nil {
 				return false, fmt.Errorf("drop the interrupted import %s: %w", in.Name, err)
 			}
 		}
 	}
-	if !found {
-		// Either the import never forked, or its commit went through and
-		// only the marker was left: main tells which.
-		fs, _, err := s.mgr.View("main")
-		if err != nil {
-			return false, err
-		}
-		ents, _, err := fs.ReadDir(cowfs.RootIno, 0, 1)
-		if err != nil {
-			return false, err
-		}
-		redo = len(ents) == 0
-	}
-	if redo {
-		fmt.Fprintf(w, "branchnfs: the initial import into %s was interrupted; nothing of it was kept\n", s.dir)
-	}
-	if err := os.Remove(filepath.Join(s.dir, importPendingName)); err != nil && !os.IsNotExist(err) {
+	// Either the import never committed, or its commit went through and
+	// only the marker was left: main tells which.
+	fs, _, err := s.mgr.View("main")
+	if err != nil {
 		return false, err
 	}
-	return redo, nil
+	ents, _, err := fs.ReadDir(cowfs.RootIno, 0, 1)
+	if err != nil {
+		return false, err
+	}
+	if len(ents) == 0 {
+		fmt.Fprintf(w, "branchnfs: the initial import of %s into %s was interrupted; nothing of it was kept, and main is empty; run `branchnfs serve --from %s` or `branchnfs init --from %s` with --store %s to import it again\n",
+			orUnknown(src), s.dir, orUnknown(src), orUnknown(src), s.dir)
+		return true, nil
+	}
+	if err := removeImportMarker(s.dir); err != nil {
+		return false, fmt.Errorf("remove the import marker: %w", err)
+	}
+	return false, nil
+}
+
+func orUnknown(src string) string {
+	if src == "" {
+		return "DIR"
+	}
+	return src
 }
 
 // importIntoMain imports the tree at src into branch main, all or nothing:
 // it imports into a temporary fork of main and commits it.
 func importIntoMain(ctx context.Context, s *openedStore, src string, progress io.Writer) error {
 	mgr := s.mgr
-	marker := filepath.Join(s.dir, importPendingName)
-	if err := os.WriteFile(marker, []byte(src+"\n"), 0o600); err != nil {
-		return fmt.Errorf("import: %w", err)
+	if err := writeImportMarker(s.dir, src); err != nil {
+		return fmt.Errorf("import: record the pending import in %s: %w", s.dir, err)
 	}
-	defer os.Remove(marker)
 	tmp := fmt.Sprintf("%s%d", importPrefix, time.Now().UnixNano())
 	if _, err := mgr.Fork(ctx, "main", tmp); err != nil {
 		return fmt.Errorf("import: %w", err)
@@ -178,6 +234,13 @@ func importIntoMain(ctx context.Context, s *openedStore, src string, progress io
 			_, err = mgr.Commit(ctx, tmp)
 		}
 		if err == nil {
+			// The marker goes only once the import is durable.
+			if err := mgr.Sync(ctx); err != nil {
+				return fmt.Errorf("import of %s: sync the store: %w", src, err)
+			}
+			if err := removeImportMarker(s.dir); err != nil {
+				return fmt.Errorf("import of %s: remove the import marker: %w", src, err)
+			}
 			ip.done(p, time.Since(start))
 			return nil
 		}

@@ -30,6 +30,7 @@ type serveOptions struct {
 	Sync        bool
 	LogLevel    string
 	Ignore      []string
+	Reserve     string
 }
 
 func newServeCommand(g *globalOptions) *cobra.Command {
@@ -60,6 +61,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.Sync, "sync", false, "make every write durable against power loss before acknowledging it")
 	cmd.Flags().StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	addIgnoreFlag(cmd, &o.Ignore)
+	cmd.Flags().StringVar(&o.Reserve, "reserve", "512MiB", "free space to keep on the store's disk: writes fail with ENOSPC before they would use it (0 disables the check; Badger then dies with SIGBUS on a full disk)")
 }
 
 // checkListen refuses a non-loopback address unless allowRemote, and warns
@@ -107,7 +109,18 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	reserve, err := parseSize(o.Reserve)
+	if err != nil {
+		return usagef("--reserve: %v", err)
+	}
+	if reserve == 0 {
+		reserve = -1 // kv: no reserve
+	}
 	logger := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: level}))
+	// What still logs to the default logger (libraries) follows --log-level.
+	prevLogger := slog.Default()
+	slog.SetDefault(logger)
+	defer slog.SetDefault(prevLogger)
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// Badger's memtables and caches are most of the heap; a soft limit
 		// makes the collector run before garbage doubles it.
@@ -126,9 +139,12 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	_, statErr := os.Stat(dir)
 	dirExisted := statErr == nil
 	start := time.Now()
-	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, logger: logger, ignore: ignore})
+	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, reserve: reserve, logger: logger, ignore: ignore})
 	if err != nil {
 		return err
+	}
+	if w := s.readOnlyWarning(); w != "" {
+		fmt.Fprintln(o.stderr, w)
 	}
 	defer func() {
 		if s == nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/spf13/cobra"
@@ -119,6 +120,7 @@ type openedStore struct {
 type openOptions struct {
 	create     bool // create the store if missing
 	syncWrites bool
+	reserve    int64 // free space kept on the store's disk; 0 default, <0 none
 	logger     *slog.Logger
 	ignore     []string // non-nil: replaces the store's ignore list
 }
@@ -142,7 +144,8 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	st, err := kv.OpenBadger(filepath.Join(dir, dbDirName), kv.BadgerOptions{SyncWrites: oo.syncWrites, Logger: logger})
+	dbDir := filepath.Join(dir, dbDirName)
+	st, err := kv.OpenBadger(dbDir, kv.BadgerOptions{SyncWrites: oo.syncWrites, Reserve: oo.reserve, Logger: logger})
 	if err != nil {
 		lk.unlock()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
@@ -150,14 +153,62 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 	// A new store's main belongs to whoever creates it, so that user can
 	// write in it through NFS (an import from a directory then gives the
 	// root that directory's owner).
-	mgr, err := branches.Open(ctx, branches.Options{Store: st, Ignore: oo.ignore,
-		RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid())})
+	mgr, err := branches.Open(ctx, branches.Options{
+		Store:   st,
+		Ignore:  oo.ignore,
+		RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid()),
+		Logger: logger,
+		FS:     cowfs.Options{Logger: logger, StatDir: dbDir},
+	})
 	if err != nil {
 		st.Close()
 		lk.unlock()
 		return nil, fmt.Errorf("open branches of %s: %w", dir, err)
 	}
 	return &openedStore{dir: dir, kv: st, mgr: mgr, lock: lk}, nil
+}
+
+// parseSize parses a byte count such as 536870912, 512M, 512MiB or 1G
+// (binary units).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "i")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K', 'k':
+			mult = 1 << 10
+		case 'M', 'm':
+			mult = 1 << 20
+		case 'G', 'g':
+			mult = 1 << 30
+		case 'T', 't':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size: want bytes, or a number with K, M, G or T (binary units)", s)
+	}
+	return n * mult, nil
+}
+
+// readOnlyWarning says so when the store was opened read-only because its
+// disk was full.
+func (s *openedStore) readOnlyWarning() string {
+	r, ok := s.kv.(kv.SpaceReporter)
+	if !ok {
+		return ""
+	}
+	sp, err := r.Space()
+	if err != nil || !sp.ReadOnly {
+		return ""
+	}
+	return fmt.Sprintf("branchnfs: WARNING: the disk of %s has less than half of the %s the store keeps free: serving read-only; free space on it and restart the server to write again",
+		s.dir, kv.FormatBytes(sp.Reserve))
 }
 
 // Close syncs and closes the branches, the store and the lock.
