@@ -118,12 +118,21 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 	s := &badgerStore{opts: opts, dir: dir}
 	if !opts.InMemory && opts.Reserve > 0 {
 		s.res = reserve{dir: dir, size: uint64(opts.Reserve), statfs: statfs}
+		_, statErr := os.Stat(dir)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("kv: open %s: %w", dir, mapErr(err))
 		}
-		if st, err := s.res.stat(); err == nil && st.avail < s.res.size/2 && hasStore(dir) {
-			s.roErr = fmt.Errorf("%w: the store was opened read-only because the filesystem of %s had only %s free (the store keeps %s free so that it never fills the disk); free space on that filesystem and restart the server to write again",
-				ErrNoSpace, dir, FormatBytes(st.avail), FormatBytes(s.res.size))
+		st, err := s.res.stat()
+		if err == nil && st.avail < s.res.size/2 && !hasStore(dir) {
+			if statErr != nil {
+				os.Remove(dir)
+			}
+			return nil, noSpacef("cannot create a store in %s: its filesystem has %s free, and a store keeps %s free so that it never fills the disk; free space there or choose another directory",
+				dir, FormatBytes(st.avail), FormatBytes(s.res.size))
+		}
+		if err == nil && st.avail < s.res.size/2 {
+			s.roErr = noSpacef("the store was opened read-only because the filesystem of %s had only %s free (the store keeps %s free so that it never fills the disk); free space on that filesystem and restart the server to write again",
+				dir, FormatBytes(st.avail), FormatBytes(s.res.size))
 			bo = bo.WithReadOnly(true)
 			opts.Logger.Warn("kv: disk full: store opened read-only", "dir", dir,
 				"free", FormatBytes(st.avail), "reserve", FormatBytes(s.res.size))
@@ -345,6 +354,8 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrTxnTooBig, err)
 	case errors.Is(err, badger.ErrDBClosed):
 		return ErrClosed
+	case errors.Is(err, ErrNoSpace):
+		return err // the reserve's own error
 	case errors.Is(err, syscall.ENOSPC):
 		return fmt.Errorf("%w: %v", ErrNoSpace, err)
 	}

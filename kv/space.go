@@ -124,8 +124,20 @@ func (r *reserve) admit(n uint64) error {
 }
 
 func (r *reserve) errLocked(avail uint64) error {
-	return fmt.Errorf("%w: the filesystem of %s has %s free, and the store keeps %s free so that it never fills the disk; free space on that filesystem and retry (writes resume by themselves; reads keep working)",
-		ErrNoSpace, r.dir, FormatBytes(avail), FormatBytes(r.size))
+	return noSpacef("the filesystem of %s has %s free, and the store keeps %s free so that it never fills the disk; free space on that filesystem and retry (writes resume by themselves; reads keep working)",
+		r.dir, FormatBytes(avail), FormatBytes(r.size))
+}
+
+// noSpaceError is ErrNoSpace with what to do about it. It is also
+// syscall.ENOSPC, so callers that map errnos (exit codes, NFS) see it.
+type noSpaceError struct{ msg string }
+
+func noSpacef(format string, a ...any) error { return &noSpaceError{fmt.Sprintf(format, a...)} }
+
+func (e *noSpaceError) Error() string { return ErrNoSpace.Error() + ": " + e.msg }
+
+func (e *noSpaceError) Is(target error) bool {
+	return target == ErrNoSpace || target == syscall.ENOSPC
 }
 
 // FormatBytes formats n in binary units, e.g. "512 MiB".

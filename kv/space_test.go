@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/kv"
@@ -64,7 +65,7 @@ func TestReserve(t *testing.T) {
 				if !ok && !errors.Is(err, kv.ErrNoSpace) {
 					t.Errorf("%s: %v, want ErrNoSpace", what, err)
 				}
-				if err != nil && !strings.Contains(err.Error(), "free space") {
+				if err != nil && (!strings.Contains(err.Error(), "free space") || strings.Count(err.Error(), "no space left") != 1) {
 					t.Errorf("%s: the error does not say what to do: %v", what, err)
 				}
 			}
@@ -118,6 +119,15 @@ func TestReserve(t *testing.T) {
 	defer s.Close()
 	if err := set("b", 10); err != nil {
 		t.Errorf("write after reopening with space: %v", err)
+	}
+}
+
+// TestReserveRefusesNewStoreOnFullDisk checks that no store is created on
+// a full disk (Badger would write its first logs at once).
+func TestReserveRefusesNewStoreOnFullDisk(t *testing.T) {
+	_, err := kv.OpenBadgerWithStatfs(t.TempDir(), kv.BadgerOptions{Reserve: 64 << 20}, func(string) (uint64, error) { return 1 << 20, nil })
+	if !errors.Is(err, kv.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "free space") {
+		t.Fatalf("creating a store on a full disk: %v", err)
 	}
 }
 

@@ -1,0 +1,30 @@
+package kv_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// BenchmarkSync measures a durability point after one small transaction
+// (a COMMIT after a write), on the disk of the test's temporary directory.
+func BenchmarkSync(b *testing.B) {
+	ctx := context.Background()
+	s, err := kv.OpenBadger(b.TempDir(), kv.BadgerOptions{GCInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(fmt.Sprint(i)), make([]byte, 4096)) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
