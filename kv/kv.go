@@ -23,7 +23,9 @@ type Store interface {
 	// NewSnapshot opens a long-lived read-only snapshot. The caller must
 	// Discard it.
 	NewSnapshot() Snapshot
-	// Sync makes every committed transaction durable against power loss.
+	// Sync makes every transaction committed before the call durable
+	// against power loss. Once a sync has failed, every later one fails
+	// with ErrSyncFailed: which transactions reached the disk is unknown.
 	Sync(ctx context.Context) error
 	// Size reports the bytes the store occupies on disk (approximate).
 	Size() (int64, error)
