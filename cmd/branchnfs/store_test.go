@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/kv"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
 
@@ -133,4 +139,69 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("parseSize(%q) accepted", in)
 		}
 	}
+}
+
+// The logger a command opens the store with reaches the views of its
+// branches: an unexpected error inside cowfs is logged there, not to the
+// process's default logger.
+func TestStoreLoggerReachesViews(t *testing.T) {
+	ctx := context.Background()
+	store := filepath.Join(shortTempDir(t), "s")
+	var logBuf syncBuf
+	logger := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := openStore(ctx, store, openOptions{create: true, logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Corrupt every inode record (cowfs keys: 'l' layer(8) 'i' ino(8)), so
+	// that reading the root fails in a way cowfs does not expect.
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		var keys [][]byte
+		err := tx.Iterate([]byte{'l'}, nil, true, func(k, _ []byte) (bool, error) {
+			if len(k) == 18 && k[9] == 'i' {
+				keys = append(keys, append([]byte(nil), k...))
+			}
+			return true, nil
+		})
+		for _, k := range keys {
+			if err := tx.Set(k, []byte{0xff}); err != nil {
+				return err
+			}
+		}
+		if len(keys) == 0 {
+			return errors.New("no inode records found")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, _, err := s.mgr.View("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.GetAttr(cowfs.RootIno); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("GetAttr of a corrupt root: %v, want EIO", err)
+	}
+	if got := logBuf.String(); !strings.Contains(got, "cowfs: unexpected error") {
+		t.Fatalf("the store's logger got %q, want cowfs's warning", got)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuf) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuf) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
