@@ -235,6 +235,7 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		var admitted uint64
 		err := s.db.Update(func(t *badger.Txn) error {
 			tx := &badgerTxn{t: t, rw: true}
 			if err := fn(tx); err != nil {
@@ -243,8 +244,15 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 			if tx.writes == 0 {
 				return nil
 			}
-			return s.res.admit(tx.bytes)
+			if err := s.res.admit(tx.bytes); err != nil {
+				return err
+			}
+			admitted = tx.bytes
+			return nil
 		})
+		if admitted > 0 {
+			s.res.release(admitted)
+		}
 		if !errors.Is(err, badger.ErrConflict) {
 			return mapErr(err)
 		}

@@ -68,11 +68,12 @@ type reserve struct {
 	size   uint64                                 // read only; 0 disables the check
 	statfs func(dir string) (statfsResult, error) // read only
 
-	mu      sync.Mutex // protects the following
-	last    statfsResult
-	lastErr error
-	at      time.Time
-	written uint64 // bytes committed since the last statfs
+	mu       sync.Mutex // protects the following
+	last     statfsResult
+	lastErr  error
+	at       time.Time
+	written  uint64 // bytes admitted since the last statfs
+	inflight uint64 // bytes admitted and not yet committed
 }
 
 // refreshEvery bounds how stale the cached free space may get.
@@ -111,16 +112,31 @@ func (r *reserve) admit(n uint64) error {
 		return nil
 	}
 	// The logs take a transaction's bytes about twice (write-ahead log,
-	// then a table when its memtable is flushed).
+	// then a table when its memtable is flushed). Transactions admitted
+	// but not yet written count as used: statfs cannot see them yet, and
+	// concurrent writers must not all pass on the same figure.
+	avail := st.avail - min(st.avail, r.inflight)
 	need := r.size
 	if n <= smallTxn {
 		need = r.size / 2
 	}
-	if st.avail < need || st.avail-need < 2*n {
-		return r.errLocked(st.avail)
+	if avail < need || avail-need < 2*n {
+		return r.errLocked(avail)
 	}
 	r.written += 2 * n
+	r.inflight += 2 * n
 	return nil
+}
+
+// release ends the admission of a transaction of n bytes: it is written
+// (or failed), and statfs sees what it took.
+func (r *reserve) release(n uint64) {
+	if r.size == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.inflight -= min(r.inflight, 2*n)
+	r.mu.Unlock()
 }
 
 func (r *reserve) errLocked(avail uint64) error {
