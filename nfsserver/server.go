@@ -27,7 +27,6 @@ type Branches interface {
 	View(name string) (*cowfs.FS, branches.Info, error)
 	// ViewByID is View by branch id (NFS handles carry the id).
 	ViewByID(id branches.BranchID) (*cowfs.FS, branches.Info, error)
-	// List returns every branch; the server exports the live ones.
 	// Live lists the live branches, cheaply (called on every request of
 	// the root export).
 	Live() []branches.Info

@@ -47,7 +47,7 @@ func mountArgs(goos, host string, port int, export, dir string) ([]string, error
 	case "darwin", "macos":
 		// locallocks: no statd probe on port 111, working flock/fcntl locks.
 		// soft+nobrowse: no "server connections interrupted" dialog.
-		// noquota: no rquota lookups. See MACOS.md.
+		// noquota: no rquota lookups. docs/macos.md explains each option.
 		return []string{"/sbin/mount_nfs", "-o",
 			"vers=3,tcp,port=" + p + ",mountport=" + p + ",locallocks,soft,intr,timeo=100,retrans=5,nobrowse,noquota",
 			src, dir}, nil

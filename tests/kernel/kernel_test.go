@@ -13,7 +13,7 @@ import (
 )
 
 // knownFailures lists the steps that fail through the kernel client only
-// because of NFSv3 protocol gaps of the server (the protocol issue, #4), with
+// because of NFSv3 protocol gaps of the server, with
 // the reason. It is checked both ways: a listed step that passes fails the
 // run (so the table only shrinks), and an unlisted failing step fails it.
 // Keys are "Test/step". It applies to the real branchnfs server only.

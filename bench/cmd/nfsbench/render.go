@@ -166,7 +166,7 @@ func renderMarkdown(r *Results) string {
 		p("\n")
 	}
 	if len(r.GoTestBench) > 0 {
-		p("`go test -bench 'Fork/files=(100|10000)$|Commit|Abort' -benchtime 20x -count 5 ./branches/` (the lead's benchmarks; medians over the 5 counts):\n\n| benchmark | ns/op | p50 | p99 |\n|---|---|---|---|\n")
+		p("`go test -bench 'Fork/files=(100|10000)$|Commit|Abort' -benchtime 20x -count 5 ./branches/` (medians over the 5 counts):\n\n| benchmark | ns/op | p50 | p99 |\n|---|---|---|---|\n")
 		names := make([]string, 0, len(r.GoTestBench))
 		for k := range r.GoTestBench {
 			names = append(names, k)

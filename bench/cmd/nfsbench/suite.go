@@ -249,7 +249,7 @@ func (s *suite) storage(ctx context.Context) {
 	}
 }
 
-// goTestBench runs the lead's in-process benchmarks of package branches, if
+// goTestBench runs the in-process benchmarks of package branches, if
 // there are any, and keeps the median ns/op of each.
 func (s *suite) goTestBench() {
 	list, err := exec.Command("go", "test", "-list", "^Benchmark", "./branches/").Output()
