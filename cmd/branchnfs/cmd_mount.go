@@ -53,7 +53,7 @@ func mountArgs(goos, host string, port int, export, dir string) ([]string, error
 			src, dir}, nil
 	case "linux":
 		return []string{"mount", "-t", "nfs", "-o",
-			"vers=3,proto=tcp,port=" + p + ",mountport=" + p + ",mountproto=tcp,nolock,noacl,rsize=1048576,wsize=1048576,hard",
+			"vers=3,proto=tcp,port=" + p + ",mountport=" + p + ",mountproto=tcp,nolock,noacl,nosuid,nodev,rsize=1048576,wsize=1048576,hard",
 			src, dir}, nil
 	}
 	return nil, usagef("no mount command for OS %q (use --os darwin or --os linux)", goos)
@@ -63,7 +63,7 @@ func mountArgs(goos, host string, port int, export, dir string) ([]string, error
 // on Linux.
 func fstabLine(host string, port int, export, dir string) string {
 	p := strconv.Itoa(port)
-	return fmt.Sprintf("%s:%s %s nfs user,noauto,vers=3,proto=tcp,port=%s,mountport=%s,mountproto=tcp,nolock,noacl,rsize=1048576,wsize=1048576,hard 0 0",
+	return fmt.Sprintf("%s:%s %s nfs user,noauto,vers=3,proto=tcp,port=%s,mountport=%s,mountproto=tcp,nolock,noacl,nosuid,nodev,rsize=1048576,wsize=1048576,hard 0 0",
 		host, export, dir, p, p)
 }
 

@@ -4,7 +4,8 @@
 //
 // Busybox's mount speaks the legacy binary NFS mount protocol, which modern
 // kernels refuse, so the guest calls mount(2) itself with the text options
-// that the kernel's NFS client parses.
+// that the kernel's NFS client parses; like mount(8), it turns nosuid,
+// nodev, noexec, ro and noatime into mount(2) flags.
 //
 //	mounthelper mount SOURCE TARGET OPTIONS   mount(2) of type nfs
 //	mounthelper runas UID GID CMD [ARG...]    drop to uid/gid, then exec CMD

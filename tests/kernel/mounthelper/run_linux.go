@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -19,7 +20,8 @@ func run(args []string) error {
 		if len(args) != 4 {
 			return fmt.Errorf("usage: mounthelper mount SOURCE TARGET OPTIONS")
 		}
-		if err := unix.Mount(args[1], args[2], "nfs", 0, args[3]); err != nil {
+		flags, data := mountFlags(args[3])
+		if err := unix.Mount(args[1], args[2], "nfs", flags, data); err != nil {
 			return fmt.Errorf("mount %s on %s: %w", args[1], args[2], err)
 		}
 		return nil
@@ -53,4 +55,28 @@ func run(args []string) error {
 	default:
 		return fmt.Errorf("unknown command %q", args[0])
 	}
+}
+
+// vfsFlags are the mount options that mount(8) turns into mount(2) flags
+// instead of passing them to the file system (NFS's parser refuses them).
+var vfsFlags = map[string]uintptr{
+	"nosuid":  unix.MS_NOSUID,
+	"nodev":   unix.MS_NODEV,
+	"noexec":  unix.MS_NOEXEC,
+	"ro":      unix.MS_RDONLY,
+	"noatime": unix.MS_NOATIME,
+}
+
+// mountFlags splits comma-separated options into mount(2) flags and the
+// text options left for the NFS client.
+func mountFlags(opts string) (flags uintptr, data string) {
+	var rest []string
+	for _, o := range strings.Split(opts, ",") {
+		if f, ok := vfsFlags[o]; ok {
+			flags |= f
+			continue
+		}
+		rest = append(rest, o)
+	}
+	return flags, strings.Join(rest, ",")
 }
