@@ -153,12 +153,10 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.Ignore, err = loadIgnore(ctx, opts.Store, opts.Ignore); err != nil {
 		return nil, err
 	}
-	fsOpts := opts.FS
 	m := &Manager{store: opts.Store, alloc: cowfs.NewAllocator(opts.Store), opts: opts,
 		tracker: cowfs.NewTracker(), byID: map[BranchID]*branch{}, byName: map[string]*branch{},
 		reclaim: make(chan struct{}, 1)}
 	m.opts.FS.Tracker = m.tracker
-	_ = fsOpts
 	if err := m.load(ctx); err != nil {
 		return nil, err
 	}
@@ -338,9 +336,6 @@ func (m *Manager) Secret() []byte { return append([]byte(nil), m.secret...) }
 
 // Sync makes everything acknowledged so far durable against power loss.
 func (m *Manager) Sync(ctx context.Context) error { return m.store.Sync(ctx) }
-
-// Store returns the underlying store.
-func (m *Manager) Store() kv.Store { return m.store }
 
 // Close stops background work and syncs. It does not close the store.
 func (m *Manager) Close() error {

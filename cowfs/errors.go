@@ -9,10 +9,6 @@ import (
 	"github.com/branchnfs/branchnfs/kv"
 )
 
-// ErrStale is returned (as the cause of a view's Err) when the view's branch
-// can no longer be used.
-var ErrStale = errors.New("cowfs: stale view")
-
 // ErrFormat is returned by OpenFormat for a store written in a format this
 // build does not know (by a newer branchnfs).
 var ErrFormat = errors.New("cowfs: unknown store format")
@@ -34,7 +30,7 @@ func toErrno(err error) syscall.Errno {
 		return syscall.ENOSPC
 	case errors.Is(err, kv.ErrTxnTooBig):
 		return syscall.EFBIG
-	case errors.Is(err, kv.ErrClosed), errors.Is(err, ErrStale):
+	case errors.Is(err, kv.ErrClosed):
 		return syscall.ESTALE
 	case errors.Is(err, fs.ErrNotExist):
 		return syscall.ENOENT

@@ -101,19 +101,6 @@ func New(store kv.Store, alloc *Allocator, top LayerID, opts Options) (*FS, erro
 	return f, nil
 }
 
-// SetTop re-points the view at another layer stack (after a fork, commit or
-// restore changed it). In-flight calls finish on the old stack first.
-func (f *FS) SetTop(top LayerID) error {
-	stack, err := LoadStack(f.ctx, f.store, top)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	f.setStackLocked(stack)
-	f.mu.Unlock()
-	return nil
-}
-
 // Lock blocks every call on the view until Unlock; branches uses it to
 // change stacks atomically with respect to readers and writers.
 func (f *FS) Lock() { f.nsMu.Lock(); f.mu.Lock() }
@@ -127,13 +114,6 @@ func (f *FS) setStackLocked(stack []LayerID) {
 	f.cacheMu.Lock()
 	f.cache = map[InodeID][]LayerID{}
 	f.cacheMu.Unlock()
-}
-
-// Top returns the view's top layer.
-func (f *FS) Top() LayerID {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.stack[0]
 }
 
 // Stack returns the layer stack, top first.
@@ -179,9 +159,6 @@ func (f *FS) Close() error {
 	f.stop()
 	return nil
 }
-
-// BlockSize returns the data block size.
-func (f *FS) BlockSize() int { return int(f.bs) }
 
 // state is a consistent copy of what a call needs from the view.
 type state struct {
@@ -259,15 +236,6 @@ func (f *FS) getInode(tx kv.Txn, st state, ino InodeID) (*inode, LayerID, error)
 		return n, l, nil
 	}
 	return nil, 0, syscall.ENOENT
-}
-
-// putInode writes n into the top layer. When the inode is new to the top
-// layer, Cut starts at the inherited size.
-func (f *FS) putInode(tx kv.Txn, st state, n *inode, from LayerID) error {
-	if from != st.stack[0] {
-		n.Cut = n.Size
-	}
-	return tx.Set(inodeKey(st.stack[0], n.Ino), n.encode())
 }
 
 // Allocator hands out inode numbers and layer ids from store-wide counters,

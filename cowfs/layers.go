@@ -135,13 +135,3 @@ func NewTree(ctx context.Context, store kv.Store, alloc *Allocator, rootMode, ui
 	})
 	return l, err
 }
-
-// NewLayerOver creates an empty layer over below and returns it.
-func NewLayerOver(ctx context.Context, store kv.Store, alloc *Allocator, below LayerID) (LayerID, error) {
-	l, err := alloc.NewLayerID(ctx)
-	if err != nil {
-		return 0, err
-	}
-	err = store.Update(ctx, func(tx kv.Txn) error { return PutLayer(tx, l, below) })
-	return l, err
-}
