@@ -23,6 +23,7 @@ var layers = map[string]int{
 	"nfsserver":                     3,
 	"nfsserver/control":             3,
 	"nfsserver/control/controltest": 3,
+	"attempt":                       3,
 	"cmd/branchnfs":                 4,
 }
 

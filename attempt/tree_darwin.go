@@ -1,0 +1,64 @@
+package attempt
+
+import (
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// tree is the helper's view of the attempt's processes on macOS: only the
+// process group. macOS has no cgroups and no child subreaper, so a process
+// that leaves the group (setsid) is neither signalled nor waited for.
+type tree struct {
+	pgid int
+}
+
+const darwinFallback = "macOS has no cgroups and no subreaper: the tree is held by its process group only, and a process that calls setsid leaves it"
+
+func newTree(noCgroup bool) (*tree, error) { return &tree{}, nil }
+
+func (t *tree) start(cmd *exec.Cmd) error {
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	t.pgid = cmd.Process.Pid
+	return nil
+}
+
+func (t *tree) info(leader int) Info {
+	return Info{PID: leader, PGID: t.pgid, Isolation: "process-group", Fallback: darwinFallback}
+}
+
+func (t *tree) signal(sig syscall.Signal) {
+	if t.pgid > 0 {
+		unix.Kill(-t.pgid, sig)
+	}
+}
+
+func (t *tree) kill() { t.signal(syscall.SIGKILL) }
+
+// reap waits for the leader, the helper's only child.
+func (t *tree) reap(leader int) (Status, bool) {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(leader, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || pid != leader {
+			return Status{}, false
+		}
+		return statusOf(ws), true
+	}
+}
+
+// waitGone waits until the process group is empty.
+func (t *tree) waitGone() {
+	for t.pgid > 0 && unix.Kill(-t.pgid, 0) != syscall.ESRCH {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (t *tree) cleanup() {}
