@@ -58,8 +58,8 @@ var trackMu sync.Mutex
 func ReferencedHashes(tx kv.Txn, l LayerID, fn func(h []byte)) error {
 	pfx := append(layerPrefix(l), kindData)
 	return tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
-		if len(v) >= 33 && (v[0] == refHash || v[0] == refPatch) {
-			fn(v[1:33])
+		if h := refContent(v); h != nil {
+			fn(h)
 		}
 		return true, nil
 	})
@@ -347,23 +347,23 @@ func (f *FS) blockRef(data []byte) ([]byte, *[2][]byte) {
 	return append([]byte{refHash}, sum[:]...), &[2][]byte{contentKey(sum[:]), data}
 }
 
-// storeBlock stores data (the block's bytes up to the file end) and returns
-// its reference and, for content-addressed blocks, its hash.
-func (f *FS) storeBlock(tx kv.Txn, data []byte) (ref, hash []byte, err error) {
+// storeBlock stores data (the block's bytes up to the file end) unless the
+// store has it already, and returns its reference, for refLog.set.
+func (f *FS) storeBlock(tx kv.Txn, data []byte) ([]byte, error) {
 	ref, c := f.blockRef(data)
 	if c == nil {
-		return ref, nil, nil
+		return ref, nil
 	}
 	ok, err := tx.Has(c[0])
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if !ok {
 		if err := tx.Set(c[0], c[1]); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
-	return ref, ref[1:], nil
+	return ref, nil
 }
 
 func usedFor(size uint64) uint64 { return (size + 4095) &^ 4095 }
@@ -386,42 +386,31 @@ func (f *FS) writeAt(ino InodeID, p []byte, off int64) (Attr, error) {
 		return Attr{}, pathErr("write", "", err.(syscall.Errno))
 	}
 	var out Attr
-	var hashes [][]byte
-	run := func() error {
-		return f.store.Update(f.ctx, func(tx kv.Txn) error {
-			hashes = hashes[:0]
-			n, err := f.inodeForWrite(tx, st, ino)
-			if err != nil {
-				return err
-			}
-			switch n.Type {
-			case TypeRegular:
-			case TypeDir:
-				return syscall.EISDIR
-			default:
-				return syscall.EINVAL
-			}
-			if len(p) > 0 {
-				newSize := max(n.Size, end)
-				if hashes, err = f.writeBlocks(tx, st, n, p, uint64(off), newSize); err != nil {
-					return err
-				}
-				n.Size = newSize
-				n.Used = usedFor(newSize)
-			}
-			ts := now()
-			n.Mtime, n.Ctime = ts, ts
-			out = n.attr()
-			return f.put(tx, st, n)
-		})
-	}
 	f.dirty.Store(true)
-	err = f.opts.Tracker.commitWith(func(record func([][]byte)) error {
-		if err := run(); err != nil {
+	err = f.updateRefs(f.ctx, func(tx kv.Txn, refs *refLog) error {
+		n, err := f.inodeForWrite(tx, st, ino)
+		if err != nil {
 			return err
 		}
-		record(hashes)
-		return nil
+		switch n.Type {
+		case TypeRegular:
+		case TypeDir:
+			return syscall.EISDIR
+		default:
+			return syscall.EINVAL
+		}
+		if len(p) > 0 {
+			newSize := max(n.Size, end)
+			if err := f.writeBlocks(tx, st, n, p, uint64(off), newSize, refs); err != nil {
+				return err
+			}
+			n.Size = newSize
+			n.Used = usedFor(newSize)
+		}
+		ts := now()
+		n.Mtime, n.Ctime = ts, ts
+		out = n.attr()
+		return f.put(tx, st, n)
 	})
 	return out, f.wrap("write", "", err)
 }
@@ -449,13 +438,12 @@ func (t *Tracker) commitWith(fn func(record func([][]byte)) error) error {
 }
 
 // writeBlocks copies p at off into the top layer's blocks of n.
-func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize uint64) ([][]byte, error) {
+func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize uint64, refs *refLog) error {
 	bs := f.bs
 	end := off + uint64(len(p))
 	first, last := off/bs, (end-1)/bs
 	var br *blockReader
 	var old map[uint64]resolved
-	var hashes [][]byte
 	var buf []byte // scratch for partial blocks, allocated on demand
 	for idx := first; idx <= last; idx++ {
 		base := idx * bs
@@ -473,11 +461,11 @@ func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize u
 			if br == nil {
 				var err error
 				if br, err = f.newBlockReader(tx, st, n.Ino); err != nil {
-					return nil, err
+					return err
 				}
 				// Only the first and last blocks can be partial.
 				if old, err = br.blocks(first, last); err != nil {
-					return nil, err
+					return err
 				}
 			}
 			r, ok := old[idx]
@@ -485,16 +473,15 @@ func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize u
 				// The block keeps its length: a small edit of a stored
 				// block becomes a patch reference.
 				if ref := f.patchRef(r, lo-base, p[lo-off:hi-off]); ref != nil {
-					if err := tx.Set(dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
-						return nil, err
+					if err := refs.set(tx, dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
+						return err
 					}
-					hashes = append(hashes, ref[1:33])
 					continue
 				}
 			}
 			if ok {
 				if err := br.content(r, buf); err != nil {
-					return nil, err
+					return err
 				}
 			} else {
 				clear(buf)
@@ -509,18 +496,15 @@ func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize u
 			}
 			copy(buf[lo-base:], p[lo-off:hi-off])
 		}
-		ref, h, err := f.storeBlock(tx, data)
+		ref, err := f.storeBlock(tx, data)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if h != nil {
-			hashes = append(hashes, h)
-		}
-		if err := tx.Set(dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
-			return nil, err
+		if err := refs.set(tx, dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
+			return err
 		}
 	}
-	return hashes, nil
+	return nil
 }
 
 func (f *FS) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
@@ -531,7 +515,7 @@ func (f *FS) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	var out Attr
-	err := f.update("setattr", "", false, func(tx kv.Txn, st state) error {
+	err := f.updateData("setattr", "", func(tx kv.Txn, st state, refs *refLog) error {
 		n, err := f.inodeForWrite(tx, st, ino)
 		if err != nil {
 			return err
@@ -560,7 +544,7 @@ func (f *FS) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 			default:
 				return syscall.EINVAL
 			}
-			if err := f.truncate(tx, st, n, *sa.Size); err != nil {
+			if err := f.truncate(tx, st, n, *sa.Size, refs); err != nil {
 				return err
 			}
 			if sa.Mtime == nil {
@@ -577,7 +561,7 @@ func (f *FS) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 // truncate changes n's size in the top layer. Shrinking drops the top
 // layer's blocks beyond the end, trims its partial last block, and lowers
 // Cut so inherited data beyond the end stays hidden if the file grows again.
-func (f *FS) truncate(tx kv.Txn, st state, n *inode, size uint64) error {
+func (f *FS) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog) error {
 	if size >= n.Size {
 		n.Size = size
 		n.Used = usedFor(size)
@@ -597,11 +581,11 @@ func (f *FS) truncate(tx kv.Txn, st state, n *inode, size uint64) error {
 			if err := br.content(resolved{ref: v, limit: bs}, buf); err != nil {
 				return err
 			}
-			ref, _, err := f.storeBlock(tx, buf[:size-idx*bs])
+			ref, err := f.storeBlock(tx, buf[:size-idx*bs])
 			if err != nil {
 				return err
 			}
-			if err := tx.Set(dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
+			if err := refs.set(tx, dataKey(st.stack[0], n.Ino, idx), ref); err != nil {
 				return err
 			}
 		} else if !errors.Is(err, kv.ErrNotFound) {

@@ -57,14 +57,14 @@ func (f *FS) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) erro
 		if len(batch) == 0 {
 			return nil
 		}
-		err = f.store.Update(ctx, func(tx kv.Txn) error {
+		err = f.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
 			for _, e := range batch {
 				rest := e.k[len(pfx):]
 				yk := append(layerPrefix(y), rest...)
 				switch {
 				case len(rest) == 9 && rest[0] == kindInode:
 					ino := InodeID(binary.BigEndian.Uint64(rest[1:]))
-					if err := f.foldInode(tx, ino, e.v, y); err != nil {
+					if err := f.foldInode(tx, ino, e.v, y, refs); err != nil {
 						return err
 					}
 				case len(rest) == 17 && rest[0] == kindEntry:
@@ -84,6 +84,10 @@ func (f *FS) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) erro
 						}
 					}
 					if err := tx.Set(yk, e.v); err != nil {
+						return err
+					}
+				case len(rest) == 17 && rest[0] == kindData:
+					if err := refs.set(tx, yk, e.v); err != nil {
 						return err
 					}
 				default:
@@ -121,7 +125,7 @@ func chainEnds(tx kv.Txn, x, y LayerID, rest []byte) (bool, error) {
 
 // foldInode writes x's record of ino (encoded v) into y, dropping y's data
 // that x's record hides.
-func (f *FS) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID) error {
+func (f *FS) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID, refs *refLog) error {
 	xn, err := decodeInode(ino, v)
 	if err != nil {
 		return err
@@ -168,11 +172,11 @@ func (f *FS) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID) error {
 		if err := br.content(resolved{ref: trim, limit: cut % f.bs}, buf); err != nil {
 			return err
 		}
-		ref, _, err := f.storeBlock(tx, buf[:cut%f.bs])
+		ref, err := f.storeBlock(tx, buf[:cut%f.bs])
 		if err != nil {
 			return err
 		}
-		if err := tx.Set(dataKey(y, ino, first), ref); err != nil {
+		if err := refs.set(tx, dataKey(y, ino, first), ref); err != nil {
 			return err
 		}
 	}

@@ -52,6 +52,9 @@ func dataKey(l LayerID, ino InodeID, block uint64) []byte {
 	return u64(dataPrefix(l, ino), block)
 }
 
+// isDataKey reports whether k is a block-reference key.
+func isDataKey(k []byte) bool { return len(k) == 26 && k[0] == pfxLayerData && k[9] == kindData }
+
 func sillyPrefix(l LayerID) []byte { return append(layerPrefix(l), kindSilly) }
 
 func sillyKey(l LayerID, dir InodeID, slot uint64) []byte {

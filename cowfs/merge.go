@@ -257,26 +257,25 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 	}
 	for i := 0; i < len(writes); i += 2000 {
 		j := min(i+2000, len(writes))
-		var hashes [][]byte
-		for _, w := range writes[i:j] {
-			if len(w.k) == 33 && w.k[0] == pfxContent {
-				hashes = append(hashes, w.k[1:])
-			}
-		}
-		// Content written here must survive a concurrent block sweep.
-		err := f.opts.Tracker.commitWith(func(record func([][]byte)) error {
-			err := child.store.Update(ctx, func(tx kv.Txn) error {
-				for _, w := range writes[i:j] {
-					if err := tx.Set(w.k, w.v); err != nil {
-						return err
-					}
+		// Content written here must survive a concurrent block sweep
+		// until the batch holding its reference commits.
+		err := f.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
+			for _, w := range writes[i:j] {
+				var err error
+				switch {
+				case len(w.k) == 33 && w.k[0] == pfxContent:
+					refs.content(w.k[1:])
+					err = tx.Set(w.k, w.v)
+				case isDataKey(w.k):
+					err = refs.set(tx, w.k, w.v)
+				default:
+					err = tx.Set(w.k, w.v)
 				}
-				return nil
-			})
-			if err == nil {
-				record(hashes)
+				if err != nil {
+					return err
+				}
 			}
-			return err
+			return nil
 		})
 		if err != nil {
 			return nil, 0, err
