@@ -95,6 +95,24 @@ type badgerStore struct {
 	// roErr is set when the store was opened read-only because its disk
 	// was full: every write fails with it.
 	roErr error // read only
+
+	// closeMu guards closed. Calls Badger does not guard itself (Sync,
+	// Size, Compact, NewSnapshot) hold the read lock while they use the
+	// database, so Close waits for them and later calls get ErrClosed
+	// instead of touching a closed database. Lock order: closeMu before
+	// the syncer's and logs' mutexes.
+	closeMu sync.RWMutex
+	closed  bool
+}
+
+// use runs fn unless the store is closed; Close waits for it.
+func (s *badgerStore) use(fn func() error) error {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return fn()
 }
 
 var _ Store = (*badgerStore)(nil)
@@ -265,9 +283,25 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 }
 
 func (s *badgerStore) NewSnapshot() Snapshot {
-	t := s.db.NewTransaction(false)
-	return &badgerTxn{t: t}
+	var snap Snapshot
+	if s.use(func() error { snap = &badgerTxn{t: s.db.NewTransaction(false)}; return nil }) != nil {
+		return closedSnapshot{}
+	}
+	return snap
 }
+
+// closedSnapshot is the snapshot of a closed store: every read fails.
+type closedSnapshot struct{}
+
+func (closedSnapshot) Get([]byte) ([]byte, error)               { return nil, ErrClosed }
+func (closedSnapshot) GetFunc([]byte, func([]byte) error) error { return ErrClosed }
+func (closedSnapshot) Has([]byte) (bool, error)                 { return false, ErrClosed }
+func (closedSnapshot) Iterate([]byte, []byte, bool, func(k, v []byte) (bool, error)) error {
+	return ErrClosed
+}
+func (closedSnapshot) Set([]byte, []byte) error { return ErrReadOnly }
+func (closedSnapshot) Delete([]byte) error      { return ErrReadOnly }
+func (closedSnapshot) Discard()                 {}
 
 // Sync makes every transaction committed before the call durable. Callers
 // that arrive while an fsync runs wait for the next one, which serves them
@@ -277,7 +311,7 @@ func (s *badgerStore) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return mapErr(s.syncer.sync())
+	return s.use(func() error { return mapErr(s.syncer.sync()) })
 }
 
 // syncAll is one fsync of everything a committed transaction may sit in.
@@ -320,22 +354,27 @@ func (s *badgerStore) Space() (Space, error) {
 }
 
 func (s *badgerStore) Size() (int64, error) {
-	lsm, vlog := s.db.Size()
-	return lsm + vlog, nil
+	var n int64
+	err := s.use(func() error {
+		lsm, vlog := s.db.Size()
+		n = lsm + vlog
+		return nil
+	})
+	return n, err
 }
 
 func (s *badgerStore) Compact(ctx context.Context) error {
-	if s.opts.InMemory || s.roErr != nil {
-		return nil
+	if err := s.use(func() error { return nil }); err != nil || s.opts.InMemory || s.roErr != nil {
+		return err
 	}
-	if err := s.db.Flatten(2); err != nil {
-		return mapErr(err)
+	if err := s.use(func() error { return mapErr(s.db.Flatten(2)) }); err != nil {
+		return err
 	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := s.runValueLogGC(0.01)
+		err := s.use(func() error { return s.runValueLogGC(0.01) })
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
 			return nil
 		}
@@ -345,7 +384,16 @@ func (s *badgerStore) Compact(ctx context.Context) error {
 	}
 }
 
+// Close closes the store; later calls fail with ErrClosed, and closing
+// again does nothing.
 func (s *badgerStore) Close() error {
+	s.closeMu.Lock()
+	if s.closed {
+		s.closeMu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.closeMu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	return mapErr(s.db.Close())
