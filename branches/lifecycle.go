@@ -318,6 +318,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	m.mu.Lock()
 	p.rec, c.rec = prec, crec
 	delete(m.byName, name)
+	m.releaseLocked(c)
 	for i, s := range sibs {
 		if s.rec.State == StateLive {
 			s.fs.Invalidate(&InvalidatedError{Branch: s.rec.Name, By: by})
@@ -382,6 +383,7 @@ func (m *Manager) Abort(ctx context.Context, name string) (AbortResult, error) {
 		v.fs.Invalidate(fmt.Errorf("%w: branch %q was aborted", ErrStale, v.rec.Name))
 		v.rec = recs[i]
 		delete(m.byName, v.rec.Name)
+		m.releaseLocked(v)
 		res.Aborted = append(res.Aborted, v.rec.Name)
 	}
 	m.mu.Unlock()

@@ -107,6 +107,17 @@ type branch struct {
 	fs  *cowfs.FS // nil once committed or aborted
 }
 
+// releaseLocked drops the view of a committed or aborted branch, so the
+// Manager keeps only its record (m.mu and opMu held). The view must already
+// be invalidated: requests still holding it get ESTALE, and ViewByID
+// answers ErrStale from the record.
+func (m *Manager) releaseLocked(b *branch) {
+	if b.fs != nil {
+		b.fs.Close()
+		b.fs = nil
+	}
+}
+
 // Manager owns the branches of one store. It is safe for concurrent use.
 type Manager struct {
 	store   kv.Store         // read only

@@ -7,7 +7,8 @@
 // truncation cut each inode record carries). Whiteouts and inode tombstones
 // hide what lower layers hold. Which frozen layers hold a record of an
 // inode is cached per view, so reads cost O(layers that touched the inode),
-// not O(depth).
+// not O(depth). The cache holds at most Options.InodeCacheSize entries and
+// is dropped when the view is invalidated.
 //
 // Names are form-insensitive and form-preserving (names.go): entries keep
 // the bytes they were created with, and are hashed and compared in NFC, so

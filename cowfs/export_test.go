@@ -40,3 +40,10 @@ func (f *FS) Top() LayerID {
 
 // BlockSize returns the data block size.
 func (f *FS) BlockSize() int { return int(f.bs) }
+
+// CacheLen returns the number of entries in the view's inode cache.
+func (f *FS) CacheLen() int {
+	f.cacheMu.Lock()
+	defer f.cacheMu.Unlock()
+	return len(f.cache)
+}

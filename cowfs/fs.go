@@ -35,7 +35,14 @@ type Options struct {
 	// OpenFormat), so a name that misses is also looked for where such a
 	// store put it.
 	LegacyNameSlots bool
+	// InodeCacheSize bounds the view's cache of which frozen layers hold a
+	// record of an inode (default 65,536 entries, a few MiB); when full it
+	// starts over. Negative disables the cache.
+	InodeCacheSize int
 }
+
+// DefaultInodeCacheSize is the default Options.InodeCacheSize.
+const DefaultInodeCacheSize = 1 << 16
 
 // EnsureDefaults fills zero fields with defaults.
 func (o *Options) EnsureDefaults() {
@@ -50,6 +57,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.InodeCacheSize == 0 {
+		o.InodeCacheSize = DefaultInodeCacheSize
 	}
 }
 
@@ -111,6 +121,11 @@ func (f *FS) Unlock() { f.mu.Unlock(); f.nsMu.Unlock() }
 func (f *FS) setStackLocked(stack []LayerID) {
 	f.dirty.Store(true)
 	f.stack = stack
+	f.dropCache()
+}
+
+// dropCache empties the inode cache, releasing its memory.
+func (f *FS) dropCache() {
 	f.cacheMu.Lock()
 	f.cache = map[InodeID][]LayerID{}
 	f.cacheMu.Unlock()
@@ -138,14 +153,19 @@ func (f *FS) TopDirty() bool { return f.dirty.Load() }
 func (f *FS) StackLocked() []LayerID { return append([]LayerID(nil), f.stack...) }
 
 // Invalidate makes every later call fail with ESTALE; Err returns cause.
+// It drops the inode cache, which no later call can use.
 func (f *FS) Invalidate(cause error) {
 	f.mu.Lock()
 	f.err = cause
 	f.mu.Unlock()
+	f.dropCache()
 }
 
 // InvalidateLocked is Invalidate for a caller holding Lock.
-func (f *FS) InvalidateLocked(cause error) { f.err = cause }
+func (f *FS) InvalidateLocked(cause error) {
+	f.err = cause
+	f.dropCache()
+}
 
 // Err reports why the view is no longer usable (nil while it is).
 func (f *FS) Err() error {
@@ -187,9 +207,14 @@ func (f *FS) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
 	} else if ok {
 		out = append(out, st.stack[0])
 	}
-	f.cacheMu.Lock()
-	frozen, hit := f.cache[ino]
-	f.cacheMu.Unlock()
+	limit := f.opts.InodeCacheSize
+	var frozen []LayerID
+	hit := false
+	if limit > 0 {
+		f.cacheMu.Lock()
+		frozen, hit = f.cache[ino]
+		f.cacheMu.Unlock()
+	}
 	if !hit {
 		frozen = []LayerID{}
 		for _, l := range st.stack[1:] {
@@ -201,12 +226,16 @@ func (f *FS) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
 				frozen = append(frozen, l)
 			}
 		}
-		f.cacheMu.Lock()
-		if len(f.cache) > 1<<20 {
-			clear(f.cache)
+		if limit > 0 {
+			f.cacheMu.Lock()
+			if len(f.cache) >= limit {
+				// Start over rather than keep a big map: clear would
+				// keep its buckets.
+				f.cache = make(map[InodeID][]LayerID, 64)
+			}
+			f.cache[ino] = frozen
+			f.cacheMu.Unlock()
 		}
-		f.cache[ino] = frozen
-		f.cacheMu.Unlock()
 	}
 	return append(out, frozen...), nil
 }
