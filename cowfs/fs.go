@@ -12,6 +12,9 @@ import (
 	"github.com/branchnfs/branchnfs/kv"
 )
 
+// DefaultMaxFileSize is the default Options.MaxFileSize: 1 TiB.
+const DefaultMaxFileSize = 1 << 40
+
 // Options configures a view. The zero value means defaults.
 type Options struct {
 	// BlockSize is the size of data blocks (default 32 KiB). It must be the
@@ -20,7 +23,8 @@ type Options struct {
 	// InlineMax: blocks of at most this many bytes are stored inside their
 	// reference instead of in the content store (default 512).
 	InlineMax int
-	// MaxFileSize bounds file sizes (default 1 TiB); larger sizes get EFBIG.
+	// MaxFileSize bounds file sizes (default DefaultMaxFileSize); larger
+	// sizes get EFBIG.
 	MaxFileSize uint64
 	// ReadOnly views refuse writes with EROFS (checkpoints).
 	ReadOnly bool
@@ -53,7 +57,7 @@ func (o *Options) EnsureDefaults() {
 		o.InlineMax = 512
 	}
 	if o.MaxFileSize == 0 {
-		o.MaxFileSize = 1 << 40
+		o.MaxFileSize = DefaultMaxFileSize
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -130,6 +134,9 @@ func (f *FS) dropCache() {
 	f.cache = map[InodeID][]LayerID{}
 	f.cacheMu.Unlock()
 }
+
+// MaxFileSize returns the largest file size the view accepts.
+func (f *FS) MaxFileSize() uint64 { return f.opts.MaxFileSize }
 
 // Stack returns the layer stack, top first.
 func (f *FS) Stack() []LayerID {

@@ -11,22 +11,32 @@ import (
 )
 
 const (
-	maxNameLen   = 255
+	// MaxNameLen is the longest directory entry name, in bytes.
+	MaxNameLen   = 255
+	maxNameLen   = MaxNameLen
 	maxTargetLen = 4096
 )
 
-// checkName validates one path component.
-func checkName(name string) syscall.Errno {
+// CheckName validates a name for a directory entry: ENOENT for "" (as
+// POSIX path resolution answers), EINVAL for "." and ".." (callers that
+// give them a meaning, LOOKUP say, handle them first) and for names
+// holding '/' or NUL, ENAMETOOLONG beyond MaxNameLen. It is the one name
+// check: the NFS server uses it too.
+func CheckName(name string) syscall.Errno {
 	switch {
-	case name == "" || name == "." || name == "..":
+	case name == "":
+		return syscall.ENOENT
+	case name == "." || name == "..":
 		return syscall.EINVAL
-	case len(name) > maxNameLen:
+	case len(name) > MaxNameLen:
 		return syscall.ENAMETOOLONG
 	case strings.ContainsAny(name, "/\x00"):
 		return syscall.EINVAL
 	}
 	return 0
 }
+
+func checkName(name string) syscall.Errno { return CheckName(name) }
 
 func now() int64 { return time.Now().UnixNano() }
 

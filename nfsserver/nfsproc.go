@@ -43,10 +43,10 @@ const numNFSProcs = 22
 
 // Wire limits of RFC 1813.
 const (
-	fhSize     = 64   // NFS3_FHSIZE
-	maxName    = 255  // longest name we store (PATHCONF name_max)
-	maxNameXDR = 4096 // longest name we decode (longer is garbage)
-	maxPathXDR = 4096 // longest symlink target
+	fhSize     = 64               // NFS3_FHSIZE
+	maxName    = cowfs.MaxNameLen // longest name we store (PATHCONF name_max)
+	maxNameXDR = 4096             // longest name we decode (longer is garbage)
+	maxPathXDR = 4096             // longest symlink target
 )
 
 // stable_how of WRITE.
@@ -81,15 +81,11 @@ func (r *request) fail(e *encoder, n *node, err error, words int) error {
 
 func ok(e *encoder) { e.u32(uint32(nfs.NFSStatusOk)) }
 
-// checkName validates a name for LOOKUP or for a new directory entry.
+// checkName validates a name for LOOKUP or for a new directory entry with
+// cowfs's name check, so both layers answer the same errno.
 func checkName(name string) error {
-	switch {
-	case name == "":
-		return syscall.ENOENT
-	case len(name) > maxName:
-		return syscall.ENAMETOOLONG
-	case strings.ContainsAny(name, "/\x00"):
-		return syscall.EINVAL
+	if e := cowfs.CheckName(name); e != 0 {
+		return e
 	}
 	return nil
 }
@@ -250,7 +246,7 @@ func (r *request) checkSetattr(n *node, sa *sattr) (cowfs.SetAttr, error) {
 		if !c.owns(a) && !c.may(a, mayWrite) {
 			return cs, syscall.EACCES
 		}
-		if *sa.size > r.s.opts.MaxFileSize {
+		if *sa.size > n.maxFileSize() {
 			return cs, syscall.EFBIG
 		}
 		cs.Size = sa.size
@@ -470,7 +466,7 @@ func nfsWrite(r *request, d *decoder, e *encoder) error {
 		return r.fail(e, n, syscall.EINVAL, 2)
 	}
 	data = data[:count]
-	if off > r.s.opts.MaxFileSize || uint64(count) > r.s.opts.MaxFileSize-off {
+	if max := n.maxFileSize(); off > max || uint64(count) > max-off {
 		return r.fail(e, n, syscall.EFBIG, 2)
 	}
 	pre := n.attr
@@ -929,7 +925,7 @@ func nfsFsinfo(r *request, d *decoder, e *encoder) error {
 	e.u32(maxIO) // wtpref
 	e.u32(4096)  // wtmult
 	e.u32(dirPref)
-	e.u64(r.s.opts.MaxFileSize)
+	e.u64(n.maxFileSize())
 	e.u32(0) // time_delta: 1 ns
 	e.u32(1)
 	e.u32(fsfLink | fsfSymlink | fsfHomogeneous | fsfCanSetTime)

@@ -161,3 +161,12 @@ func (r *request) parentOf(n *node) (*node, error) {
 	}
 	return n.nodeOf(a), nil
 }
+
+// maxFileSize is the largest file size n's view accepts (the default for
+// the synthetic root, which has no view).
+func (n *node) maxFileSize() uint64 {
+	if n.fs == nil {
+		return cowfs.DefaultMaxFileSize
+	}
+	return n.fs.MaxFileSize()
+}

@@ -14,6 +14,8 @@ import (
 	nfs "github.com/willscott/go-nfs"
 	nfsc "github.com/willscott/go-nfs-client/nfs"
 	"github.com/willscott/go-nfs-client/nfs/rpc"
+
+	"github.com/branchnfs/branchnfs/cowfs"
 )
 
 // setup serves a fresh store and returns a raw client with the handle of
@@ -366,7 +368,7 @@ func TestReadWriteStability(t *testing.T) {
 	if len(data) != 0 || !eof {
 		t.Fatal("read past end")
 	}
-	if _, _, _, st := k.write(fh, DefaultMaxFileSize-2, []byte("abc"), unstable); st != nfs.NFSStatusFBig {
+	if _, _, _, st := k.write(fh, cowfs.DefaultMaxFileSize-2, []byte("abc"), unstable); st != nfs.NFSStatusFBig {
 		t.Fatalf("write beyond max size: %d", st)
 	}
 	if _, _, _, st := k.write(root, 0, []byte("x"), unstable); st != nfs.NFSStatusIsDir {

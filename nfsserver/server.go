@@ -45,13 +45,7 @@ type Options struct {
 	// AnonUID and AnonGID are the identity of AUTH_NULL callers; 0 means
 	// 65534 (nobody). Root cannot be chosen as the anonymous identity.
 	AnonUID, AnonGID uint32
-	// MaxFileSize is the largest file size the server accepts (WRITE and
-	// SETATTR beyond it answer NFS3ERR_FBIG); 0 means DefaultMaxFileSize.
-	MaxFileSize uint64
 }
-
-// DefaultMaxFileSize is the default Options.MaxFileSize: 1 TiB.
-const DefaultMaxFileSize = 1 << 40
 
 // EnsureDefaults fills in the zero fields of o.
 func (o *Options) EnsureDefaults() {
@@ -63,9 +57,6 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.AnonGID == 0 {
 		o.AnonGID = 65534
-	}
-	if o.MaxFileSize == 0 {
-		o.MaxFileSize = DefaultMaxFileSize
 	}
 }
 
