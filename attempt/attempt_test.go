@@ -110,13 +110,22 @@ func TestInfo(t *testing.T) {
 }
 
 // A grandchild that double-forks, leaves the session and ignores SIGTERM
-// is still killed, and End returns only once it is gone.
+// is still killed, and End returns only once it is gone: with the cgroup
+// where there is one, and with the subreaper alone.
 func TestEndKillsEscapedGrandchild(t *testing.T) {
+	t.Run("default", func(t *testing.T) { testEndKillsEscapedGrandchild(t, false) })
+	t.Run("no-cgroup", func(t *testing.T) { testEndKillsEscapedGrandchild(t, true) })
+}
+
+func testEndKillsEscapedGrandchild(t *testing.T, noCgroup bool) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	out := filepath.Join(dir, "out")
 	script := `( setsid sh -c 'trap "" TERM; echo $$ > ` + pidFile + `; while :; do echo x >> ` + out + `; sleep 0.01; done' & ) ; sleep 1000`
-	a := start(t, script, Options{})
+	a := start(t, script, Options{NoCgroup: noCgroup})
+	if in := a.Info(); noCgroup && in.Isolation == "cgroup" {
+		t.Fatalf("info %+v with NoCgroup", in)
+	}
 	pid := readPID(t, pidFile)
 	if !alive(pid) {
 		t.Fatalf("grandchild %d not running", pid)

@@ -24,6 +24,7 @@ var layers = map[string]int{
 	"nfsserver/control":             3,
 	"nfsserver/control/controltest": 3,
 	"attempt":                       3,
+	"attempt/runner":                3,
 	"cmd/branchnfs":                 4,
 }
 
