@@ -69,7 +69,12 @@ func (f *FS) ReadAt(ino InodeID, p []byte, off int64) (n int, eof bool, err erro
 // write is in the store (survives a crash of the process) when it returns;
 // call Sync for durability against power loss.
 func (f *FS) WriteAt(ino InodeID, p []byte, off int64) (Attr, error) {
-	return f.writeAt(ino, p, off)
+	return f.writeAt(ino, p, off, WriteOptions{})
+}
+
+// WriteAtOpts is WriteAt with options (clearing setuid and setgid).
+func (f *FS) WriteAtOpts(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, error) {
+	return f.writeAt(ino, p, off, o)
 }
 
 // SetAttr changes only what sa says and returns the new attributes.

@@ -570,7 +570,7 @@ func (h *File) Write(p []byte) (int, error) {
 		}
 		h.off = int64(a.Size)
 	}
-	if _, err := h.fs.writeAt(h.ino, p, h.off); err != nil {
+	if _, err := h.fs.writeAt(h.ino, p, h.off, WriteOptions{}); err != nil {
 		return 0, h.fs.wrap("write", h.name, err)
 	}
 	h.off += int64(len(p))
@@ -584,7 +584,7 @@ func (h *File) WriteAt(p []byte, off int64) (int, error) {
 	if err := h.check(true); err != nil {
 		return 0, err
 	}
-	if _, err := h.fs.writeAt(h.ino, p, off); err != nil {
+	if _, err := h.fs.writeAt(h.ino, p, off, WriteOptions{}); err != nil {
 		return 0, h.fs.wrap("write", h.name, err)
 	}
 	return len(p), nil

@@ -368,7 +368,7 @@ func (f *FS) storeBlock(tx kv.Txn, data []byte) ([]byte, error) {
 
 func usedFor(size uint64) uint64 { return (size + 4095) &^ 4095 }
 
-func (f *FS) writeAt(ino InodeID, p []byte, off int64) (Attr, error) {
+func (f *FS) writeAt(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, error) {
 	if off < 0 {
 		return Attr{}, pathErr("write", "", syscall.EINVAL)
 	}
@@ -406,6 +406,9 @@ func (f *FS) writeAt(ino InodeID, p []byte, off int64) (Attr, error) {
 			}
 			n.Size = newSize
 			n.Used = usedFor(newSize)
+			if o.KillSetID {
+				n.Mode = killSetID(n.Mode)
+			}
 		}
 		ts := now()
 		n.Mtime, n.Ctime = ts, ts
@@ -546,6 +549,9 @@ func (f *FS) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 			}
 			if err := f.truncate(tx, st, n, *sa.Size, refs); err != nil {
 				return err
+			}
+			if sa.KillSetID && sa.Mode == nil {
+				n.Mode = killSetID(n.Mode)
 			}
 			if sa.Mtime == nil {
 				n.Mtime = ts

@@ -91,6 +91,30 @@ type SetAttr struct {
 	Size  *uint64
 	Atime *time.Time
 	Mtime *time.Time
+	// KillSetID clears setuid, and setgid when the group may execute, in
+	// the same transaction as the size change, unless Mode is set: what a
+	// truncate by a caller without privilege does (Linux's rule). It
+	// applies only together with Size.
+	KillSetID bool
+}
+
+// WriteOptions modifies WriteAtOpts.
+type WriteOptions struct {
+	// KillSetID clears setuid, and setgid when the group may execute, in
+	// the same transaction as the data: what a non-empty write by a
+	// caller without privilege does (Linux's rule).
+	KillSetID bool
+}
+
+// killSetID returns mode without the bits a write or truncate by a
+// caller without privilege clears: setuid always, setgid only with group
+// execute (without it, setgid marks mandatory locking and stays).
+func killSetID(mode uint32) uint32 {
+	mode &^= ModeSetuid
+	if mode&0o010 != 0 {
+		mode &^= ModeSetgid
+	}
+	return mode
 }
 
 // CreateHow selects the semantics of Create, as NFSv3's createmode3.

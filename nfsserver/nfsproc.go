@@ -250,6 +250,9 @@ func (r *request) checkSetattr(n *node, sa *sattr) (cowfs.SetAttr, error) {
 			return cs, syscall.EFBIG
 		}
 		cs.Size = sa.size
+		// A truncate by anyone but root revokes setuid, and setgid on
+		// group-executable files, with the size change.
+		cs.KillSetID = !c.isRoot()
 	}
 	now := time.Now()
 	for _, t := range []struct {
@@ -470,22 +473,11 @@ func nfsWrite(r *request, d *decoder, e *encoder) error {
 		return r.fail(e, n, syscall.EFBIG, 2)
 	}
 	pre := n.attr
-	post, err := n.fs.WriteAt(n.attr.Ino, data, int64(off))
+	// A write by anyone but root revokes setuid, and setgid on
+	// group-executable files, in the write's own transaction.
+	post, err := n.fs.WriteAtOpts(n.attr.Ino, data, int64(off), cowfs.WriteOptions{KillSetID: !c.isRoot()})
 	if err != nil {
 		return r.fail(e, n, err, 2)
-	}
-	// A write by anyone but root revokes setuid, and setgid on
-	// group-executable files.
-	if !c.isRoot() && post.Mode&(cowfs.ModeSetuid|cowfs.ModeSetgid) != 0 {
-		m := post.Mode &^ cowfs.ModeSetuid
-		if m&0o010 != 0 {
-			m &^= cowfs.ModeSetgid
-		}
-		if m != post.Mode {
-			if a, err := n.fs.SetAttr(n.attr.Ino, cowfs.SetAttr{Mode: &m}); err == nil {
-				post = a
-			}
-		}
 	}
 	committed := uint32(unstable)
 	if stable != unstable {
