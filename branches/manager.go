@@ -247,10 +247,7 @@ func (m *Manager) createMain(ctx context.Context) error {
 	}
 	r := record{ID: BranchID(id), Name: MainBranch, State: StateLive, Top: l, ForkTime: time.Now().UTC()}
 	err = m.store.Update(ctx, func(tx kv.Txn) error {
-		if err := cowfs.PutLayer(tx, l, 0); err != nil {
-			return err
-		}
-		if err := cowfs.InitRoot(tx, l, 0o755, m.opts.RootUID, m.opts.RootGID, time.Now().UnixNano()); err != nil {
+		if err := cowfs.PutTree(tx, l, 0o755, m.opts.RootUID, m.opts.RootGID, time.Now().UnixNano()); err != nil {
 			return err
 		}
 		return putRecord(tx, r)

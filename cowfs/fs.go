@@ -103,16 +103,11 @@ type FS struct {
 // opts.ReadOnly, writes go to top, which must not be shared with any other
 // view.
 func New(store kv.Store, alloc *Allocator, top LayerID, opts Options) (*FS, error) {
-	opts.EnsureDefaults()
 	stack, err := LoadStack(context.Background(), store, top)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	f := &FS{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
-		ctx: ctx, stop: cancel, stack: stack, cache: map[InodeID][]LayerID{}}
-	f.dirty.Store(true)
-	return f, nil
+	return NewWithStack(store, alloc, stack, opts), nil
 }
 
 // Lock blocks every call on the view until Unlock; branches uses it to

@@ -127,11 +127,14 @@ func NewTree(ctx context.Context, store kv.Store, alloc *Allocator, rootMode, ui
 	if err != nil {
 		return 0, err
 	}
-	err = store.Update(ctx, func(tx kv.Txn) error {
-		if err := PutLayer(tx, l, 0); err != nil {
-			return err
-		}
-		return InitRoot(tx, l, rootMode, uid, gid, now())
-	})
+	err = store.Update(ctx, func(tx kv.Txn) error { return PutTree(tx, l, rootMode, uid, gid, now()) })
 	return l, err
+}
+
+// PutTree makes l a bottom layer holding an empty root directory, in tx.
+func PutTree(tx kv.Txn, l LayerID, rootMode, uid, gid uint32, mtime int64) error {
+	if err := PutLayer(tx, l, 0); err != nil {
+		return err
+	}
+	return InitRoot(tx, l, rootMode, uid, gid, mtime)
 }
