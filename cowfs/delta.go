@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path"
 	"sort"
+	"syscall"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -250,18 +251,20 @@ func above(stack, base []LayerID) ([]LayerID, bool) {
 	return stack[:k], true
 }
 
+// pathInTx is pathOf inside a transaction: ESTALE for an inode with no
+// link, ELOOP for a chain of links that does not reach the root.
 func (f *FS) pathInTx(tx kv.Txn, st state, ino InodeID) (string, error) {
 	var parts []string
 	for cur, i := ino, 0; cur != RootIno; i++ {
 		if i > 4096 {
-			return "", errCorrupt
+			return "", syscall.ELOOP
 		}
 		n, _, err := f.getInode(tx, st, cur)
 		if err != nil {
 			return "", err
 		}
 		if len(n.Links) == 0 {
-			return "", errCorrupt
+			return "", syscall.ESTALE
 		}
 		parts = append(parts, n.Links[0].Name)
 		cur = n.Links[0].Dir

@@ -854,26 +854,14 @@ func (f *FS) listLocked(tx kv.Txn, st state, dir InodeID, cookie uint64, n int) 
 	}
 }
 
+// pathOf returns the path of ino from the root, through each inode's first
+// link; ESTALE for an inode that is gone or no longer linked.
 func (f *FS) pathOf(ino InodeID) (string, error) {
-	var parts []string
+	var p string
 	err := f.view(func(tx kv.Txn, st state) error {
-		parts = parts[:0]
-		cur := ino
-		for i := 0; cur != RootIno; i++ {
-			if i > 4096 {
-				return syscall.ELOOP
-			}
-			n, _, err := f.getInode(tx, st, cur)
-			if err != nil {
-				return err
-			}
-			if len(n.Links) == 0 {
-				return syscall.ESTALE
-			}
-			parts = append(parts, n.Links[0].Name)
-			cur = n.Links[0].Dir
-		}
-		return nil
+		var err error
+		p, err = f.pathInTx(tx, st, ino)
+		return err
 	})
 	if errors.Is(err, syscall.ENOENT) {
 		err = syscall.ESTALE
@@ -881,8 +869,5 @@ func (f *FS) pathOf(ino InodeID) (string, error) {
 	if err != nil {
 		return "", f.wrap("path", "", err)
 	}
-	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
-		parts[i], parts[j] = parts[j], parts[i]
-	}
-	return strings.Join(parts, "/"), nil
+	return p, nil
 }
