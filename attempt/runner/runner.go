@@ -129,7 +129,7 @@ type Record struct {
 	Diff           *Summary `json:"diff,omitempty"` // what the attempt changed, taken when it exited
 	// Supervision says how the tree was held (cgroup, subreaper, process
 	// group) and, without a cgroup, why.
-	Supervision attempt.Info             `json:"supervision"`
+	Supervision attempt.Info           `json:"supervision"`
 	Commit      *branches.CommitResult `json:"commit,omitempty"`
 	Log         string                 `json:"log,omitempty"`
 	Error       string                 `json:"error,omitempty"`

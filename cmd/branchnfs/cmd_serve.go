@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -31,6 +32,7 @@ type serveOptions struct {
 	LogLevel    string
 	Ignore      []string
 	Reserve     string
+	Mount       string
 }
 
 func newServeCommand(g *globalOptions) *cobra.Command {
@@ -61,6 +63,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.Sync, "sync", false, "make every write durable against power loss before acknowledging it")
 	cmd.Flags().StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	addIgnoreFlag(cmd, &o.Ignore)
+	cmd.Flags().StringVar(&o.Mount, "mount", "", "mount the export / at this directory, for exec, race and best-of (macOS: as you; Linux: as root or through an /etc/fstab \"user\" entry)")
 	cmd.Flags().StringVar(&o.Reserve, "reserve", "512MiB", "free space to keep on the store's disk: writes fail with ENOSPC before they would use it (0 disables the check; Badger then dies with SIGBUS on a full disk)")
 }
 
@@ -201,11 +204,15 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		Listen: addr.String(), Port: addr.Port, Started: started.UTC(),
 		Ignore: s.mgr.Ignore(),
 	}
+	var mounted atomic.Pointer[string] // serve --mount, once mounted
 	ctl, err := control.NewServer(control.ServerOptions{
 		Backend: s.mgr,
 		Status: func() control.Status {
 			st := status
 			st.NFS = nfs.Metrics()
+			if m := mounted.Load(); m != nil {
+				st.Mount = *m
+			}
 			return st
 		},
 		Logger: logger,
@@ -238,11 +245,18 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		// a mount point left over from a crash is otherwise a mystery.
 		fmt.Fprintf(o.stdout, "existing mount from an earlier run (it reconnects to this server): %s\n", m)
 	}
+	unmount := func() {}
+	if o.Mount != "" {
+		var m string
+		m, unmount = serveMount(gctx, o.Mount, mountHost(addr.String()), addr.Port, logger, o.stderr)
+		mounted.Store(&m)
+	}
 
 	// Both servers return when ctx is cancelled (SIGINT/SIGTERM) or when one
 	// of them fails; then close the other one too.
 	g.Go(func() error {
 		<-gctx.Done()
+		unmount()
 		ctl.Close()
 		nfs.Close()
 		return nil

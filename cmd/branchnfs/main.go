@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/branchnfs/branchnfs/attempt"
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/spf13/cobra"
@@ -39,6 +40,8 @@ const (
 )
 
 func main() {
+	// A helper supervising an attempt's process tree is this binary too.
+	attempt.RunHelper()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal, a second one kills the process the default
 	// way, in case the clean shutdown hangs.
@@ -56,6 +59,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.ExecuteContext(ctx)
+	var es *exitStatusError
+	if errors.As(err, &es) {
+		return es.code // the status of the command an attempt ran
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "branchnfs: %s\n", errorMessage(err))
 	}
@@ -187,6 +194,9 @@ open the store directly when no server runs.`,
 		newDiffCommand(opts),
 		newMountCommand(opts),
 		newUmountCommand(opts),
+		newExecCommand(opts),
+		newRaceCommand(opts),
+		newBestOfCommand(opts),
 	)
 	return root
 }

@@ -33,3 +33,12 @@ func runUmountCommand(ctx context.Context, dir string, stderr io.Writer) error {
 	}
 	return fmt.Errorf("%w: diskutil unmount force %s: %s (%v)", errMountFailed, dir, strings.TrimSpace(string(out)), err)
 }
+
+// mountRoot mounts the export / at dir with mount_nfs, as the user.
+func mountRoot(ctx context.Context, host string, port int, dir string) error {
+	args, err := mountArgs("darwin", host, port, "/", dir)
+	if err != nil {
+		return err
+	}
+	return runMountCommand(ctx, args, host, port, "/", dir)
+}

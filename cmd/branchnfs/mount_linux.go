@@ -45,3 +45,21 @@ func runUmountCommand(ctx context.Context, dir string, stderr io.Writer) error {
 	}
 	return fmt.Errorf("%w: umount %s: %s (%v)", errMountFailed, dir, msg, err)
 }
+
+// mountRoot mounts the export / at dir: with mount -t nfs as root, else
+// through an /etc/fstab "user" entry for dir (`mount DIR`).
+func mountRoot(ctx context.Context, host string, port int, dir string) error {
+	if os.Geteuid() == 0 {
+		args, err := mountArgs("linux", host, port, "/", dir)
+		if err != nil {
+			return err
+		}
+		return runMountCommand(ctx, args, host, port, "/", dir)
+	}
+	out, err := exec.CommandContext(ctx, "mount", dir).CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: mount %s: %s (%v)\nas a regular user, Linux mounts NFS only through an /etc/fstab entry with \"user\"; add this line (as root) and restart serve:\n  %s",
+		errMountFailed, dir, strings.TrimSpace(string(out)), err, fstabLine(host, port, "/", dir))
+}

@@ -58,6 +58,9 @@ type Status struct {
 	// Ignore is the store's ignore list: file-name patterns kept out of
 	// diffs and merge conflicts.
 	Ignore []string `json:"ignore"`
+	// Mount is where the server mounted the export / itself (serve
+	// --mount), "" if it did not; attempts run in Mount/BRANCH.
+	Mount string `json:"mount,omitempty"`
 	// NFS holds the NFS server's counters (connections, requests, errors,
 	// bytes, calls per procedure), as the server reports them.
 	NFS any `json:"nfs,omitempty"`
