@@ -8,12 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/internal/testbin"
 	"github.com/branchnfs/branchnfs/kv"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
@@ -147,7 +147,7 @@ func TestParseSize(t *testing.T) {
 func TestStoreLoggerReachesViews(t *testing.T) {
 	ctx := context.Background()
 	store := filepath.Join(shortTempDir(t), "s")
-	var logBuf syncBuf
+	var logBuf testbin.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := openStore(ctx, store, openOptions{create: true, logger: logger})
 	if err != nil {
@@ -187,21 +187,4 @@ func TestStoreLoggerReachesViews(t *testing.T) {
 	if got := logBuf.String(); !strings.Contains(got, "cowfs: unexpected error") {
 		t.Fatalf("the store's logger got %q, want cowfs's warning", got)
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

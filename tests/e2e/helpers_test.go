@@ -23,12 +23,11 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
-	"github.com/branchnfs/branchnfs/nfsserver/control"
+	"github.com/branchnfs/branchnfs/internal/testbin"
 	nfs "github.com/willscott/go-nfs-client/nfs"
 	"github.com/willscott/go-nfs-client/nfs/rpc"
 	"github.com/willscott/go-nfs-client/nfs/xdr"
@@ -40,47 +39,20 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bnfs-e2e-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// The binary must be reachable by the regular user (MkdirTemp makes
-	// 0700 directories).
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = filepath.Join(dir, "branchnfs")
-	build := exec.Command("go", "build", "-o", binPath, "github.com/branchnfs/branchnfs/cmd/branchnfs")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building branchnfs:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
 	haveLibnfs = true
 	for _, tool := range []string{"nfs-cp", "nfs-cat", "nfs-ls"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			haveLibnfs = false
 		}
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testbin.Main(m, &binPath))
 }
 
 // needLibnfs skips the calling subtest when libnfs-utils is missing, except
 // under CI, where it must be installed (scripts/test.sh does).
 func needLibnfs(t *testing.T) {
 	t.Helper()
-	if haveLibnfs {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("nfs-cp/nfs-cat/nfs-ls not found: libnfs-utils must be installed in CI (apt-get install libnfs-utils)")
-	}
-	t.Skip("libnfs-utils is not installed (nfs-cp missing): apt-get install libnfs-utils to run this part")
+	testbin.Prerequisite(t, haveLibnfs, "libnfs-utils is not installed (nfs-cp missing)", "apt-get install libnfs-utils")
 }
 
 // osUser is a uid with its groups.
@@ -106,16 +78,11 @@ var regularUser = func() osUser {
 // rootUser is uid 0, for what only root may do.
 var rootUser = osUser{}
 
+// user is u for the harness.
+func (u osUser) user() testbin.User { return testbin.User{UID: u.uid, GID: u.gid, Groups: u.groups} }
+
 // runAs makes cmd run as u. It needs root unless u is the current user.
-func runAs(cmd *exec.Cmd, u osUser) {
-	if uint32(os.Geteuid()) == u.uid && uint32(os.Getegid()) == u.gid {
-		return
-	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
-}
+func runAs(cmd *exec.Cmd, u osUser) { u.user().Apply(cmd) }
 
 // userDir returns a fresh directory owned by u (removed at the end of the
 // test). Its path is short enough for a store's control socket.
@@ -182,116 +149,38 @@ func newStoreAs(t *testing.T, u osUser) string {
 	return store
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // server is one `branchnfs serve` process.
 type server struct {
+	*testbin.Server
 	store string
 	port  int
+	out   *testbin.SyncBuffer
 	cmd   *exec.Cmd
-	out   *syncBuffer
-	done  chan struct{}
-	err   error // of Wait, once done is closed
+	done  <-chan struct{} // closed when the process has exited
 }
 
-// startServer starts `branchnfs serve` on store and waits until its
-// control API answers. port 0 picks a free port.
+// startServer starts `branchnfs serve` on store, as the store's owner, and
+// waits until its control API answers. port 0 picks a free port.
 func startServer(t *testing.T, store string, port int, extra ...string) *server {
 	t.Helper()
-	args := append([]string{"serve", "--store", store, "--listen", fmt.Sprintf("127.0.0.1:%d", port)}, extra...)
-	s := &server{store: store, out: &syncBuffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(binPath, args...)
-	runAs(s.cmd, storeOwner(store))
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
+	s := testbin.StartServer(t, binPath, store, testbin.ServerOptions{
+		User: storeOwner(store).user(), Listen: fmt.Sprintf("127.0.0.1:%d", port), Args: extra})
+	if port != 0 && s.Port != port {
+		t.Fatalf("server listens on %d, want %d", s.Port, port)
 	}
-	go func() { s.err = s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-s.done:
-		default:
-			s.cmd.Process.Kill()
-			<-s.done
-		}
-		if t.Failed() {
-			t.Logf("server output (%s):\n%s", strings.Join(args, " "), s.out.String())
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-s.done:
-			t.Fatalf("branchnfs serve exited: %v\n%s", s.err, s.out.String())
-		default:
-		}
-		c, st, err := control.Dial(context.Background(), control.SocketPath(store), time.Second)
-		if err == nil {
-			c.Close()
-			if port != 0 && st.Port != port {
-				t.Fatalf("server listens on %d, want %d", st.Port, port)
-			}
-			s.port = st.Port
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("branchnfs serve did not answer within 60 s: %v\n%s", err, s.out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return &server{Server: s, store: store, port: s.Port, out: s.Out, cmd: s.Cmd, done: s.Done()}
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (s *server) stop(t *testing.T) {
-	t.Helper()
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	<-s.done
-	if s.err != nil {
-		t.Fatalf("branchnfs serve after SIGTERM: %v\n%s", s.err, s.out.String())
-	}
-}
+func (s *server) stop(t *testing.T) { t.Helper(); s.Stop(t) }
 
 // kill sends SIGKILL and waits for the process to die.
-func (s *server) kill(t *testing.T) {
-	t.Helper()
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.done
-}
+func (s *server) kill(t *testing.T) { t.Helper(); s.Kill(t) }
 
-// cli runs the branchnfs binary with --store.
+// cli runs the branchnfs binary with --store, as the store's owner.
 func cli(t *testing.T, store string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(binPath, append(args, "--store", store)...)
-	runAs(cmd, storeOwner(store))
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	code = 0
-	if err != nil {
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) {
-			t.Fatalf("branchnfs %s: %v", strings.Join(args, " "), err)
-		}
-		code = ee.ExitCode()
-	}
-	t.Logf("branchnfs %s -> %d %s%s", strings.Join(args, " "), code, o.String(), e.String())
-	return code, o.String(), e.String()
+	return testbin.Run(t, binPath, storeOwner(store).user(), append(args, "--store", store)...)
 }
 
 // mustCLI runs the binary and fails the test unless it exits 0.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/branchnfs/branchnfs/internal/testbin"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
 
@@ -57,8 +58,8 @@ func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("serve did not stop after SIGINT")
 	}
-	if srv.err != nil {
-		t.Fatalf("serve after SIGINT: %v", srv.err)
+	if srv.Err() != nil {
+		t.Fatalf("serve after SIGINT: %v", srv.Err())
 	}
 	if _, err := os.Stat(filepath.Join(store, "control.sock")); !os.IsNotExist(err) {
 		t.Fatalf("control socket left behind: %v", err)
@@ -95,7 +96,7 @@ func TestServeDefaultStore(t *testing.T) {
 	cmd := exec.Command(binPath, "serve", "--listen", "127.0.0.1:0")
 	cmd.Env = env
 	runAs(cmd, regularUser)
-	var out syncBuffer
+	var out testbin.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

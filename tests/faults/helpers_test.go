@@ -4,19 +4,11 @@
 package faults
 
 import (
-	"bytes"
-	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/branchnfs/branchnfs/nfsserver/control"
+	"github.com/branchnfs/branchnfs/internal/testbin"
 	nfs "github.com/willscott/go-nfs-client/nfs"
 	"github.com/willscott/go-nfs-client/nfs/rpc"
 	"github.com/willscott/go-nfs-client/nfs/xdr"
@@ -27,139 +19,36 @@ var binPath string // the branchnfs binary under test
 // nfsProc3FSStat is FSSTAT, which go-nfs-client does not name.
 const nfsProc3FSStat = 18
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bnfs-faults-bin")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	// The binary runs as another user: its directory must be reachable.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = filepath.Join(dir, "branchnfs")
-	build := exec.Command("go", "build", "-o", binPath, "github.com/branchnfs/branchnfs/cmd/branchnfs")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building branchnfs:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m, &binPath)) }
 
 // needRoot skips a test that must mount a filesystem, except under CI,
 // which runs as root and must run it.
-func needRoot(t *testing.T, why string) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test must run as root under CI: %s", why)
-	}
-	t.Skipf("not root: %s; run the tests as root to include it", why)
-}
+func needRoot(t *testing.T, why string) { t.Helper(); testbin.NeedRoot(t, why) }
 
 // nobody is the unprivileged user the server runs as.
 const nobody = 65534
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // server is one `branchnfs serve` process running as uid.
 type server struct {
+	*testbin.Server
 	port int
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{}
-	err  error // of Wait, once done is closed
+	out  *testbin.SyncBuffer
 }
 
 // startServer starts `branchnfs serve` on store as uid and waits until
 // its control API answers.
 func startServer(t *testing.T, store string, uid uint32, extra ...string) *server {
 	t.Helper()
-	args := append([]string{"serve", "--store", store, "--listen", "127.0.0.1:0"}, extra...)
-	s := &server{out: &syncBuffer{}, done: make(chan struct{})}
-	s.cmd = exec.Command(binPath, args...)
-	s.cmd.Env = append(os.Environ(), "HOME="+filepath.Dir(store))
-	if uint32(os.Geteuid()) != uid {
-		s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	}
-	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.err = s.cmd.Wait(); close(s.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-s.done:
-		default:
-			s.cmd.Process.Kill()
-			<-s.done
-		}
-		if t.Failed() {
-			t.Logf("server output (%s):\n%s", strings.Join(args, " "), s.out.String())
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-s.done:
-			t.Fatalf("branchnfs serve exited: %v\n%s", s.err, s.out.String())
-		default:
-		}
-		c, st, err := control.Dial(context.Background(), control.SocketPath(store), time.Second)
-		if err == nil {
-			c.Close()
-			s.port = st.Port
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("branchnfs serve did not answer within 60 s: %v\n%s", err, s.out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	s := testbin.StartServer(t, binPath, store, testbin.ServerOptions{
+		User: testbin.User{UID: uid, GID: uid}, Env: []string{"HOME=" + filepath.Dir(store)}, Args: extra})
+	return &server{Server: s, port: s.Port, out: s.Out}
 }
 
 // alive fails the test if the server process has exited.
-func (s *server) alive(t *testing.T, when string) {
-	t.Helper()
-	select {
-	case <-s.done:
-		t.Fatalf("%s: the server died: %v\n%s", when, s.err, s.out.String())
-	default:
-	}
-}
+func (s *server) alive(t *testing.T, when string) { t.Helper(); s.Alive(t, when) }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (s *server) stop(t *testing.T) {
-	t.Helper()
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	<-s.done
-	if s.err != nil {
-		t.Fatalf("branchnfs serve after SIGTERM: %v\n%s", s.err, s.out.String())
-	}
-}
+func (s *server) stop(t *testing.T) { t.Helper(); s.Stop(t) }
 
 // conn is an NFS connection with a mounted export.
 type conn struct {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/branchnfs/branchnfs/internal/testbin"
 )
 
 // nfsServer is the NFSv3 server the guest mounts: normally the real
@@ -48,21 +50,16 @@ func buildBinaries() (branchnfs, helper string, err error) {
 		if buildErr != nil {
 			return
 		}
-		// Reachable by the regular user some scenarios run the server as.
-		if buildErr = os.Chmod(buildDir, 0o755); buildErr != nil {
-			return
-		}
 		builds := []struct{ out, pkg string }{
 			{"mounthelper", "github.com/branchnfs/branchnfs/tests/kernel/mounthelper"},
 		}
 		if os.Getenv("BRANCHNFS_KERNEL_SERVER") == "" {
-			builds = append(builds, struct{ out, pkg string }{"branchnfs", "github.com/branchnfs/branchnfs/cmd/branchnfs"})
+			builds = append(builds, struct{ out, pkg string }{"branchnfs", testbin.Branchnfs})
 		}
 		for _, b := range builds {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, b.out), b.pkg)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v: %s", b.pkg, err, out)
+			// Static, for the guest; in a directory the regular user some
+			// scenarios run the server as can reach.
+			if _, buildErr = testbin.Build(buildDir, b.out, b.pkg, "CGO_ENABLED=0"); buildErr != nil {
 				return
 			}
 		}
