@@ -95,6 +95,10 @@ type badgerStore struct {
 	// roErr is set when the store was opened read-only because its disk
 	// was full: every write fails with it.
 	roErr error // read only
+	// maxValue bounds the values of an in-memory store, which has no
+	// value log: Badger would crash writing a value of its value threshold
+	// or more. 0 means no bound.
+	maxValue int // read only
 
 	// closeMu guards closed. Calls Badger does not guard itself (Sync,
 	// Size, Compact, NewSnapshot) hold the read lock while they use the
@@ -163,6 +167,7 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 		// and Badger wants the threshold under its batch size (15% of a
 		// memtable).
 		bo = bo.WithValueThreshold(min(1<<20, opts.MemTableSize/10))
+		s.maxValue = int(min(1<<20, opts.MemTableSize/10))
 	}
 	bo = bo.WithMemTableSize(opts.MemTableSize).
 		WithNumMemtables(opts.NumMemtables).
@@ -255,7 +260,7 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 		}
 		var admitted uint64
 		err := s.db.Update(func(t *badger.Txn) error {
-			tx := &badgerTxn{t: t, rw: true}
+			tx := &badgerTxn{t: t, rw: true, maxValue: s.maxValue}
 			if err := fn(tx); err != nil {
 				return err
 			}
@@ -422,6 +427,8 @@ type badgerTxn struct {
 	t     *badger.Txn
 	rw    bool
 	roErr error // set in a read-only store: writes fail with it
+	// maxValue: values must be smaller (0: no bound); see badgerStore.
+	maxValue int
 
 	writes int    // Set and Delete calls
 	bytes  uint64 // bytes of keys and values written
@@ -491,6 +498,10 @@ func (t *badgerTxn) Set(key, value []byte) error {
 	}
 	if t.roErr != nil {
 		return t.roErr
+	}
+	if t.maxValue > 0 && len(value) >= t.maxValue {
+		return fmt.Errorf("%w: a value of %d bytes does not fit an in-memory store, which keeps values under %d bytes (a tenth of its memtable, at most 1 MiB): write smaller values or use a store on disk",
+			ErrTxnTooBig, len(value), t.maxValue)
 	}
 	t.writes++
 	t.bytes += uint64(len(key) + len(value))

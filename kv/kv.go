@@ -16,9 +16,13 @@ type Store interface {
 	// Update runs fn in a read-write transaction with optimistic concurrency
 	// control. If the transaction conflicts with another committed after it
 	// started, Update retries fn from scratch (so fn must be idempotent and
-	// must not keep state outside the transaction between attempts). The
-	// transaction commits atomically: after a crash either all or none of its
-	// writes are present. An error returned by fn aborts it.
+	// must not keep state outside the transaction between attempts). It
+	// conflicts when a key it read (with Get, GetFunc or Has, or passed to
+	// an Iterate callback) was written or deleted by such a commit; writes
+	// alone never conflict (the later commit wins), and a key inserted into
+	// a range it iterated may or may not conflict, depending on the store.
+	// The transaction commits atomically: after a crash either all or none
+	// of its writes are present. An error returned by fn aborts it.
 	Update(ctx context.Context, fn func(Txn) error) error
 	// NewSnapshot opens a long-lived read-only snapshot. The caller must
 	// Discard it.
@@ -32,7 +36,9 @@ type Store interface {
 	// Compact runs background space reclamation once (value-log GC and LSM
 	// flattening where supported). It is safe to call concurrently with use.
 	Compact(ctx context.Context) error
-	// Close flushes and closes the store.
+	// Close flushes and closes the store. After Close every method
+	// returns ErrClosed (a Snapshot taken after it, from its reads);
+	// closing again returns nil.
 	Close() error
 }
 

@@ -17,6 +17,7 @@ const module = "github.com/branchnfs/branchnfs"
 // decision, not an accident.
 var layers = map[string]int{
 	"kv":                            0,
+	"kv/kvtest":                     0,
 	"cowfs":                         1,
 	"cowfs/importdir":               1,
 	"branches":                      2,
