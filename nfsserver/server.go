@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,13 @@ type Options struct {
 	// AnonUID and AnonGID are the identity of AUTH_NULL callers; 0 means
 	// 65534 (nobody). Root cannot be chosen as the anonymous identity.
 	AnonUID, AnonGID uint32
+	// AllowUIDs are the users whose processes may connect (Linux only):
+	// a connection from a privileged source port (the kernel's NFS client)
+	// is always served; one from an unprivileged port only if the peer
+	// socket, looked up in /proc/net/tcp and tcp6, belongs to one of
+	// these uids. Others are refused and logged. nil means the server's
+	// effective uid and root. macOS cannot tell (README, "Guarantees").
+	AllowUIDs []uint32
 }
 
 // EnsureDefaults fills in the zero fields of o.
@@ -57,6 +65,12 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.AnonGID == 0 {
 		o.AnonGID = 65534
+	}
+	if o.AllowUIDs == nil {
+		o.AllowUIDs = []uint32{0}
+		if uid := os.Geteuid(); uid != 0 {
+			o.AllowUIDs = append(o.AllowUIDs, uint32(uid))
+		}
 	}
 }
 
@@ -176,7 +190,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		mine.Add(1)
 		go func() {
 			defer mine.Done()
-			c.serve()
+			if c.admit() {
+				c.serve()
+			}
 			s.mu.Lock()
 			delete(s.conns, c)
 			delete(mySet, c)
@@ -231,6 +247,23 @@ func (s *Server) newConn(nc net.Conn) *conn {
 }
 
 func (c *conn) stopReading() { c.nc.SetReadDeadline(time.Now()) }
+
+// admit checks who connects (Options.AllowUIDs) and closes the connection
+// of a peer that may not.
+func (c *conn) admit() bool {
+	local, ok1 := c.nc.LocalAddr().(*net.TCPAddr)
+	remote, ok2 := c.nc.RemoteAddr().(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return true // not TCP: an in-process listener
+	}
+	if err := checkPeer(local, remote, c.s.opts.AllowUIDs); err != nil {
+		c.s.metrics.refused.Add(1)
+		c.s.log.Warn("nfs: connection refused", "remote", c.remote, "reason", err)
+		c.nc.Close()
+		return false
+	}
+	return true
+}
 
 func (c *conn) serve() {
 	s := c.s
@@ -542,11 +575,12 @@ func (s *Server) invoke(r *request, pi procInfo, prog uint32, d *decoder, e *enc
 
 // counters are the live metrics.
 type counters struct {
-	conns, requests, garbage, panics, nfsErrors atomic.Uint64
-	bytesRead, bytesWritten                     atomic.Uint64
-	openConns, inFlight                         atomic.Int64
-	nfs                                         [numNFSProcs]atomic.Uint64
-	mount                                       [numMountProcs]atomic.Uint64
+	conns, refused, requests, garbage, panics atomic.Uint64
+	nfsErrors                                 atomic.Uint64
+	bytesRead, bytesWritten                   atomic.Uint64
+	openConns, inFlight                       atomic.Int64
+	nfs                                       [numNFSProcs]atomic.Uint64
+	mount                                     [numMountProcs]atomic.Uint64
 }
 
 func (m *counters) countProc(prog, proc uint32) {
@@ -562,6 +596,7 @@ func (m *counters) countProc(prog, proc uint32) {
 type Metrics struct {
 	Connections     uint64            // accepted since start
 	OpenConnections int64             // open now
+	Refused         uint64            // connections refused (Options.AllowUIDs)
 	Requests        uint64            // RPC calls received
 	InFlight        int64             // being handled now
 	GarbageArgs     uint64            // calls answered GARBAGE_ARGS
@@ -578,6 +613,7 @@ func (s *Server) Metrics() Metrics {
 	out := Metrics{
 		Connections:     m.conns.Load(),
 		OpenConnections: m.openConns.Load(),
+		Refused:         m.refused.Load(),
 		Requests:        m.requests.Load(),
 		InFlight:        m.inFlight.Load(),
 		GarbageArgs:     m.garbage.Load(),

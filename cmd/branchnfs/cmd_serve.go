@@ -184,7 +184,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		}
 	}
 
-	nfs, err := nfsserver.New(nfsserver.Options{Branches: s.mgr, Logger: logger})
+	nfs, err := nfsserver.New(nfsserver.Options{Branches: s.mgr, Logger: logger, AllowUIDs: allowedUIDs(dir)})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,113 @@
+package nfsserver
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// checkPeer decides whether a TCP connection from remote to local may be
+// served: a privileged source port (below ip_unprivileged_port_start,
+// which only root can bind: the kernel NFS client) always may; otherwise
+// the peer socket must be on this machine (found in /proc/net/tcp or
+// /proc/net/tcp6) and belong to one of allow. The error says why not.
+func checkPeer(local, remote *net.TCPAddr, allow []uint32) error {
+	if remote.Port < unprivilegedPortStart() {
+		return nil
+	}
+	uid, err := socketUID(remote, local)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(allow, uid) {
+		return fmt.Errorf("the peer's socket belongs to uid %d; only uids %v may connect (run the client as the store's owner, or mount with the kernel's NFS client)", uid, allow)
+	}
+	return nil
+}
+
+// unprivilegedPortStart is the lowest port an unprivileged process may
+// bind (1024 unless the administrator changed it).
+func unprivilegedPortStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+	if err != nil {
+		return 1024
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 1024
+	}
+	return n
+}
+
+// socketUID finds the owner of the client's end of a connection, the TCP
+// socket bound to peer and connected to server, in /proc/net/tcp and
+// /proc/net/tcp6.
+func socketUID(peer, server *net.TCPAddr) (uint32, error) {
+	var keys [][2]string
+	if ip4 := peer.IP.To4(); ip4 != nil && server.IP.To4() != nil {
+		keys = append(keys, [2]string{procAddr(ip4, peer.Port), procAddr(server.IP.To4(), server.Port)})
+	}
+	keys = append(keys, [2]string{procAddr(peer.IP.To16(), peer.Port), procAddr(server.IP.To16(), server.Port)})
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		uid, ok, err := findSocket(table, keys)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return uid, nil
+		}
+	}
+	return 0, fmt.Errorf("peer %s is not a socket of this machine (or of this network namespace) and its port is unprivileged", peer)
+}
+
+// procAddr formats an address as /proc/net/tcp does: each 32-bit word of
+// the address in host byte order, then the port, in upper-case hex.
+func procAddr(ip net.IP, port int) string {
+	var b strings.Builder
+	for i := 0; i+4 <= len(ip); i += 4 {
+		fmt.Fprintf(&b, "%08X", binary.NativeEndian.Uint32(ip[i:i+4]))
+	}
+	fmt.Fprintf(&b, ":%04X", port)
+	return b.String()
+}
+
+// findSocket scans one /proc/net table for a socket with one of keys as
+// (local, remote) and returns its uid.
+func findSocket(table string, keys [][2]string) (uid uint32, ok bool, err error) {
+	f, err := os.Open(table)
+	if os.IsNotExist(err) {
+		return 0, false, nil // no IPv6
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("cannot check the peer's uid: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		// sl local rem st tx:rx tr:when retrnsmt uid ...
+		fields := bytes.Fields(sc.Bytes())
+		if len(fields) < 8 {
+			continue
+		}
+		for _, k := range keys {
+			if string(fields[1]) == k[0] && string(fields[2]) == k[1] {
+				n, err := strconv.ParseUint(string(fields[7]), 10, 32)
+				if err != nil {
+					return 0, false, fmt.Errorf("cannot check the peer's uid: bad line in %s: %q", table, sc.Text())
+				}
+				return uint32(n), true, nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, false, fmt.Errorf("cannot check the peer's uid: %w", err)
+	}
+	return 0, false, nil
+}

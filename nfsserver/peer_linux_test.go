@@ -1,0 +1,130 @@
+package nfsserver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// nullCall connects to addr from laddr (nil: any port), sends an NFS NULL
+// call and reports whether it was answered; a refused connection is closed
+// without a reply.
+func nullCall(addr string, laddr *net.TCPAddr) (answered bool, err error) {
+	d := net.Dialer{LocalAddr: laddr, Timeout: 10 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		return false, err
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	rec := callMsg(7, 2, progNFS, 3, 0, authNone, nil)
+	out := append([]byte{0x80, 0, 0, byte(len(rec))}, rec...)
+	if _, err := nc.Write(out); err != nil {
+		return false, nil // closed under us
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// TestPeerUIDFilter: a userspace client (unprivileged source port) is
+// served only if its socket belongs to an allowed uid.
+func TestPeerUIDFilter(t *testing.T) {
+	self := uint32(os.Geteuid())
+	t.Run("owner served", func(t *testing.T) {
+		s, addr := startServer(t, fakeStore(), nil)
+		if ok, err := nullCall(addr, nil); err != nil || !ok {
+			t.Fatalf("own client not served: %v", err)
+		}
+		if n := s.Metrics().Refused; n != 0 {
+			t.Fatalf("Refused = %d", n)
+		}
+	})
+	t.Run("other uid refused", func(t *testing.T) {
+		s, addr := startServer(t, fakeStore(), func(s *Server) { s.opts.AllowUIDs = []uint32{self + 1} })
+		if ok, err := nullCall(addr, nil); err != nil || ok {
+			t.Fatalf("client of uid %d served though only uid %d may connect (err %v)", self, self+1, err)
+		}
+		if n := s.Metrics().Refused; n != 1 {
+			t.Fatalf("Refused = %d, want 1", n)
+		}
+	})
+	if os.Geteuid() != 0 {
+		t.Log("not root: the privileged-port and other-process cases need root")
+		return
+	}
+	t.Run("privileged port served", func(t *testing.T) {
+		_, addr := startServer(t, fakeStore(), func(s *Server) { s.opts.AllowUIDs = []uint32{12345} })
+		var err error
+		for port := 700; port < 1000; port++ {
+			var ok bool
+			ok, err = nullCall(addr, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+			if err == nil {
+				if !ok {
+					t.Fatalf("client from privileged port %d refused", port)
+				}
+				return
+			}
+		}
+		t.Fatalf("no free privileged port: %v", err)
+	})
+	t.Run("process of another user refused", func(t *testing.T) {
+		s, addr := startServer(t, fakeStore(), nil) // default: this uid (root) and root
+		// The helper is this test binary, copied where uid 54321 may run it.
+		dir, err := os.MkdirTemp("", "bnfs-peer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, "nfsserver.test")
+		b, err := os.ReadFile(os.Args[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-test.run=^TestPeerHelperProcess$")
+		cmd.Env = append(os.Environ(), "BNFS_PEER_ADDR="+addr)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 54321, Gid: 54321}}
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "answered=false") {
+			t.Fatalf("client as uid 54321: %v\n%s", err, out)
+		}
+		if n := s.Metrics().Refused; n != 1 {
+			t.Fatalf("Refused = %d, want 1", n)
+		}
+		if ok, err := nullCall(addr, nil); err != nil || !ok {
+			t.Fatalf("root's client not served: %v", err)
+		}
+	})
+}
+
+// TestPeerHelperProcess is the client of another user in TestPeerUIDFilter.
+func TestPeerHelperProcess(t *testing.T) {
+	addr := os.Getenv("BNFS_PEER_ADDR")
+	if addr == "" {
+		return // not run as a helper
+	}
+	ok, err := nullCall(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("uid=%d answered=%v\n", os.Geteuid(), ok)
+}
