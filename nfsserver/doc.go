@@ -11,8 +11,10 @@
 // per connection. Replies go out in completion order and never interleave:
 // they are queued under the connection's write mutex, and one goroutine at a
 // time writes the queue with one writev per batch, outside the mutex; clients
-// match them by XID. A panic in
-// a procedure is recovered, logged and answered SYSTEM_ERR.
+// match them by XID. While maxQueued reply bytes wait to be written, the
+// connection's requests are not read (a client that does not read its
+// replies cannot grow the heap). A panic in a procedure is recovered,
+// logged and answered SYSTEM_ERR.
 //
 // # Procedures
 //

@@ -80,6 +80,7 @@ const (
 	dirPref       = 64 << 10
 	maxRecord     = maxIO + 64<<10 // largest RPC record accepted
 	maxInFlight   = 32             // concurrent requests per connection
+	maxQueued     = 4 << 20        // reply bytes queued per connection before reading pauses
 	writeDeadline = 2 * time.Minute
 )
 
@@ -235,18 +236,48 @@ type conn struct {
 
 	broken atomic.Bool // a write failed; the connection is closed
 
-	wmu     sync.Mutex // protects the following
-	writing bool       // a goroutine is writing queue
-	queue   [][]byte   // reply records waiting to be written
-	spare   [][]byte
+	// Lock order: Server.mu, then wmu.
+	wmu      sync.Mutex // protects the following
+	drained  sync.Cond  // L is &wmu; signalled when queued drops or stopping is set
+	writing  bool       // a goroutine is writing queue
+	queue    [][]byte   // reply records waiting to be written
+	spare    [][]byte
+	queued   int  // bytes of replies queued or being written
+	stopping bool // stopReading was called
+
+	wbufs [][]byte // used by the writer only, outside wmu
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	s.metrics.conns.Add(1)
-	return &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), sem: make(chan struct{}, maxInFlight)}
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), sem: make(chan struct{}, maxInFlight)}
+	c.drained.L = &c.wmu
+	return c
 }
 
-func (c *conn) stopReading() { c.nc.SetReadDeadline(time.Now()) }
+func (c *conn) stopReading() {
+	c.nc.SetReadDeadline(time.Now())
+	c.wmu.Lock()
+	c.stopping = true
+	c.drained.Broadcast()
+	c.wmu.Unlock()
+}
+
+// waitQueue waits until fewer than maxQueued reply bytes wait to be sent,
+// so that a client that sends requests but does not read the replies
+// stops being read instead of growing the server's memory. It reports
+// false when the connection stops reading meanwhile.
+func (c *conn) waitQueue() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.queued >= maxQueued && !c.stopping {
+		c.s.metrics.throttled.Add(1)
+		for c.queued >= maxQueued && !c.stopping {
+			c.drained.Wait()
+		}
+	}
+	return !c.stopping
+}
 
 // admit checks who connects (Options.AllowUIDs) and closes the connection
 // of a peer that may not.
@@ -270,7 +301,7 @@ func (c *conn) serve() {
 	s.metrics.openConns.Add(1)
 	defer s.metrics.openConns.Add(-1)
 	br := bufio.NewReaderSize(c.nc, 64<<10)
-	for {
+	for c.waitQueue() {
 		rec, oversize, err := readRecord(br)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -404,6 +435,7 @@ func (c *conn) send(b []byte) {
 	binary.BigEndian.PutUint32(b, 0x80000000|uint32(len(b)-4))
 	c.wmu.Lock()
 	c.queue = append(c.queue, b)
+	c.queued += len(b)
 	if c.writing {
 		c.wmu.Unlock()
 		return
@@ -413,13 +445,20 @@ func (c *conn) send(b []byte) {
 		batch := c.queue
 		c.queue = c.spare[:0]
 		c.wmu.Unlock()
-		bufs := net.Buffers(batch)
 		var err error
 		if !c.broken.Load() {
+			// WriteTo consumes the slice it is given (it sets the
+			// records it wrote to nil), so give it a copy: batch keeps
+			// the buffers for the pool.
+			c.wbufs = append(c.wbufs[:0], batch...)
+			wb := net.Buffers(c.wbufs)
 			c.nc.SetWriteDeadline(time.Now().Add(writeDeadline))
-			_, err = bufs.WriteTo(c.nc)
+			_, err = wb.WriteTo(c.nc)
+			clear(c.wbufs)
 		}
+		n := 0
 		for i, x := range batch {
+			n += len(x)
 			putBuf(x)
 			batch[i] = nil
 		}
@@ -428,6 +467,8 @@ func (c *conn) send(b []byte) {
 			c.nc.Close()
 		}
 		c.wmu.Lock()
+		c.queued -= n
+		c.drained.Broadcast()
 		c.spare = batch[:0]
 	}
 	c.writing = false
@@ -576,7 +617,7 @@ func (s *Server) invoke(r *request, pi procInfo, prog uint32, d *decoder, e *enc
 // counters are the live metrics.
 type counters struct {
 	conns, refused, requests, garbage, panics atomic.Uint64
-	nfsErrors                                 atomic.Uint64
+	nfsErrors, throttled                      atomic.Uint64
 	bytesRead, bytesWritten                   atomic.Uint64
 	openConns, inFlight                       atomic.Int64
 	nfs                                       [numNFSProcs]atomic.Uint64
@@ -597,6 +638,7 @@ type Metrics struct {
 	Connections     uint64            // accepted since start
 	OpenConnections int64             // open now
 	Refused         uint64            // connections refused (Options.AllowUIDs)
+	Throttled       uint64            // times a connection stopped being read until its replies drained
 	Requests        uint64            // RPC calls received
 	InFlight        int64             // being handled now
 	GarbageArgs     uint64            // calls answered GARBAGE_ARGS
@@ -614,6 +656,7 @@ func (s *Server) Metrics() Metrics {
 		Connections:     m.conns.Load(),
 		OpenConnections: m.openConns.Load(),
 		Refused:         m.refused.Load(),
+		Throttled:       m.throttled.Load(),
 		Requests:        m.requests.Load(),
 		InFlight:        m.inFlight.Load(),
 		GarbageArgs:     m.garbage.Load(),
