@@ -47,7 +47,7 @@ type BadgerOptions struct {
 	// Logger receives Badger's warnings and errors (default slog.Default()).
 	Logger *slog.Logger
 
-	valueLogFileSize int64 // tests: rotate value logs sooner (default 256 MiB)
+	valueLogFileSize int64 // tests: rotate value logs sooner (default 64 MiB)
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -77,7 +77,9 @@ func (o *BadgerOptions) EnsureDefaults() {
 		o.Logger = slog.Default()
 	}
 	if o.valueLogFileSize <= 0 {
-		o.valueLogFileSize = 256 << 20
+		// Small enough that value-log GC frees space in steps of a
+		// few seconds' work (see ReclaimSpace).
+		o.valueLogFileSize = 64 << 20
 	}
 }
 
@@ -107,6 +109,14 @@ type badgerStore struct {
 	// the syncer's and logs' mutexes.
 	closeMu sync.RWMutex
 	closed  bool
+
+	gcMu sync.Mutex // one ReclaimSpace at a time
+}
+
+func (s *badgerStore) isClosed() bool {
+	s.closeMu.RLock()
+	defer s.closeMu.RUnlock()
+	return s.closed
 }
 
 // use runs fn unless the store is closed; Close waits for it.
@@ -275,6 +285,12 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 		})
 		if admitted > 0 {
 			s.res.release(admitted)
+		}
+		if errors.Is(err, badger.ErrBlockedWrites) && !s.isClosed() {
+			// ReclaimSpace is flushing the memtables: wait for it.
+			attempt--
+			time.Sleep(time.Millisecond)
+			continue
 		}
 		if !errors.Is(err, badger.ErrConflict) {
 			return mapErr(err)

@@ -34,8 +34,9 @@ func TestClosedStore(t *testing.T) {
 				"Update": func() error {
 					return s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte("a"), []byte("b")) })
 				},
-				"Size":    func() error { _, err := s.Size(); return err },
-				"Compact": func() error { return s.Compact(ctx) },
+				"Size":         func() error { _, err := s.Size(); return err },
+				"ReclaimSpace": func() error { _, err := s.ReclaimSpace(ctx); return err },
+				"Compact":      func() error { return s.Compact(ctx) },
 				"Snapshot": func() error {
 					snap := s.NewSnapshot()
 					defer snap.Discard()

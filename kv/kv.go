@@ -36,6 +36,12 @@ type Store interface {
 	// Compact runs background space reclamation once (value-log GC and LSM
 	// flattening where supported). It is safe to call concurrently with use.
 	Compact(ctx context.Context) error
+	// ReclaimSpace gives back the disk space of deleted data: it flushes
+	// and compacts the store and rewrites its logs until little garbage
+	// is left, in steps that keep concurrent transactions going, and
+	// reports the disk space before and after. Nothing committed is lost
+	// if it is cut short, by an error or a crash.
+	ReclaimSpace(ctx context.Context) (ReclaimStats, error)
 	// Close flushes and closes the store. After Close every method
 	// returns ErrClosed (a Snapshot taken after it, from its reads);
 	// closing again returns nil.

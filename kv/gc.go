@@ -1,0 +1,195 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// ReclaimStats tells what ReclaimSpace gave back.
+type ReclaimStats struct {
+	// DiskBefore and DiskAfter are the bytes the store's files occupy on
+	// disk (allocated blocks, as du counts them).
+	DiskBefore int64 `json:"disk_before"`
+	DiskAfter  int64 `json:"disk_after"`
+	// Rewrites counts the value-log files rewritten (their live values
+	// moved to the newest log, the file deleted).
+	Rewrites int `json:"value_log_rewrites"`
+}
+
+// Reclaim options.
+const (
+	// reclaimDiscardRatio: a value log is rewritten when at least this
+	// fraction of it is garbage, so at most 1/(1-ratio) of the live
+	// values' size stays on disk.
+	reclaimDiscardRatio = 0.2
+	// maxRewrites bounds one ReclaimSpace call.
+	maxRewrites = 10000
+)
+
+// Keys ReclaimSpace writes for itself; no other package uses the 0x00
+// prefix.
+var (
+	flushPrefix = []byte("\x00kv/flush")
+	fillPrefix  = []byte("\x00kv/fill/")
+)
+
+// ReclaimSpace gives disk space back: Badger's value log keeps deleted
+// values on disk until value-log GC rewrites the live rest of their file.
+// Badger only learns which values are garbage when compactions drop them,
+// and never collects the value log it is writing to, so ReclaimSpace:
+//
+//  1. rotates the value log when the one being written holds much (with
+//     filler values it deletes at once), so that it can be collected too;
+//  2. flushes the memtables and compacts level 0 (DropPrefix of a marker
+//     key: writes wait meanwhile, Update retries them), and flattens the
+//     tree, so that every deleted value's garbage is counted;
+//  3. rewrites value logs, one file per step, until none holds enough
+//     garbage (reclaimDiscardRatio). Each step keeps an iterator open until
+//     the moved values are synced, so Badger deletes the old file only once
+//     the rewrite is durable (see runValueLogGC).
+//
+// Only one runs at a time; it returns ErrClosed on a closed store and does
+// nothing in memory or read-only.
+func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
+	var st ReclaimStats
+	if err := s.use(func() error { return nil }); err != nil {
+		return st, err
+	}
+	if s.opts.InMemory || s.roErr != nil {
+		return st, nil
+	}
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	var err error
+	if st.DiskBefore, err = DiskUsage(s.dir); err != nil {
+		return st, err
+	}
+	if err := s.rotateValueLog(ctx); err != nil {
+		return st, fmt.Errorf("kv: reclaim space: rotate the value log: %w", err)
+	}
+	if err := s.Update(ctx, func(tx Txn) error { return tx.Set(flushPrefix, []byte{1}) }); err != nil {
+		return st, fmt.Errorf("kv: reclaim space: %w", err)
+	}
+	if err := s.use(func() error { return mapErr(s.db.DropPrefix(flushPrefix)) }); err != nil {
+		return st, fmt.Errorf("kv: reclaim space: flush: %w", err)
+	}
+	if err := s.use(func() error { return mapErr(s.db.Flatten(2)) }); err != nil {
+		return st, fmt.Errorf("kv: reclaim space: compact: %w", err)
+	}
+	for st.Rewrites < maxRewrites {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		err := s.use(func() error { return s.runValueLogGC(reclaimDiscardRatio) })
+		if errors.Is(err, badger.ErrNoRewrite) {
+			break
+		}
+		if errors.Is(err, badger.ErrRejected) {
+			// The background GC is running a step: wait for it.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return st, fmt.Errorf("kv: reclaim space: value-log GC: %w", mapErr(err))
+		}
+		st.Rewrites++
+	}
+	st.DiskAfter, err = DiskUsage(s.dir)
+	return st, err
+}
+
+// rotateValueLog makes Badger start a new value log when the one it
+// writes holds more than a sixteenth of a file, by writing filler values
+// (an eighth of a file each) and deleting them in the same steps. Badger
+// never collects the log it writes to.
+func (s *badgerStore) rotateValueLog(ctx context.Context) error {
+	fid, used, err := s.activeValueLog()
+	if err != nil || used < s.opts.valueLogFileSize/16 {
+		return err
+	}
+	chunk := make([]byte, s.opts.valueLogFileSize/8)
+	for i := 0; i < 10; i++ {
+		key := append(append([]byte(nil), fillPrefix...), strconv.Itoa(i)...)
+		if err := s.Update(ctx, func(tx Txn) error { return tx.Set(key, chunk) }); err != nil {
+			return err
+		}
+		if err := s.Update(ctx, func(tx Txn) error { return tx.Delete(key) }); err != nil {
+			return err
+		}
+		if now, _, err := s.activeValueLog(); err != nil || now != fid {
+			return err
+		}
+	}
+	return nil
+}
+
+// activeValueLog returns the id of the value log Badger writes to and the
+// bytes allocated to it.
+func (s *badgerStore) activeValueLog() (fid int64, used int64, err error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	var name string
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".vlog") {
+			continue
+		}
+		id, err := strconv.ParseInt(strings.TrimSuffix(e.Name(), ".vlog"), 10, 64)
+		if err == nil && id >= fid {
+			fid, name = id, e.Name()
+		}
+	}
+	if name == "" {
+		return 0, 0, nil
+	}
+	fi, err := os.Stat(filepath.Join(s.dir, name))
+	if err != nil {
+		return 0, 0, err
+	}
+	return fid, allocated(fi), nil
+}
+
+// DiskUsage is the disk space the files under dir occupy: allocated
+// blocks, as du counts them (Badger's logs are sparse: their size says
+// little).
+func DiskUsage(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // deleted meanwhile
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			fi, err := d.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			total += allocated(fi)
+		}
+		return nil
+	})
+	return total, err
+}
+
+func allocated(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int64(st.Blocks) * 512
+	}
+	return fi.Size()
+}

@@ -1,0 +1,121 @@
+package kv_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+func gcValue(i int) []byte {
+	v := bytes.Repeat([]byte{byte(i), byte(i >> 8), 0x5a}, 32<<10/3)
+	binary.BigEndian.PutUint32(v, uint32(i))
+	return v
+}
+
+// TestReclaimSpace: after most values are deleted, ReclaimSpace gives their
+// disk space back while writers go on, and every live value survives a
+// reopen.
+func TestReclaimSpace(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1}, 4<<20)
+	s, err := kv.OpenBadger(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1280 // 40 MiB of 32 KiB values
+	for i := 0; i < n; i += 32 {
+		err := s.Update(ctx, func(tx kv.Txn) error {
+			for j := i; j < i+32; j++ {
+				if err := tx.Set([]byte(fmt.Sprintf("v%05d", j)), gcValue(j)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Keep every tenth value.
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		for j := 0; j < n; j++ {
+			if j%10 != 0 {
+				if err := tx.Delete([]byte(fmt.Sprintf("v%05d", j))); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Writers go on during the reclaim and never see an error.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var writes atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(fmt.Sprintf("w%d", i%100)), []byte("small")) })
+			if err != nil {
+				t.Errorf("write during ReclaimSpace: %v", err)
+				return
+			}
+			writes.Add(1)
+		}
+	}()
+	st, err := s.ReclaimSpace(ctx)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := int64(n/10) * 32 << 10
+	t.Logf("disk %d -> %d bytes (%d rewrites), live values %d bytes, %d writes meanwhile",
+		st.DiskBefore, st.DiskAfter, st.Rewrites, live, writes.Load())
+	if st.DiskBefore < int64(n)*32<<10 {
+		t.Fatalf("disk before %d bytes: the values were not on disk", st.DiskBefore)
+	}
+	// Live values, at most 1/(1-0.2) of them in partly collected logs,
+	// one value log being written and Badger's tables and manifest.
+	if limit := live*5/4 + 4<<20 + 2<<20; st.DiskAfter > limit {
+		t.Fatalf("disk after ReclaimSpace %d bytes, want at most %d", st.DiskAfter, limit)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = kv.OpenBadger(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.View(ctx, func(tx kv.Txn) error {
+		for j := 0; j < n; j++ {
+			v, err := tx.Get([]byte(fmt.Sprintf("v%05d", j)))
+			switch {
+			case j%10 != 0 && err != kv.ErrNotFound:
+				return fmt.Errorf("deleted value %d: %v", j, err)
+			case j%10 == 0 && (err != nil || !bytes.Equal(v, gcValue(j))):
+				return fmt.Errorf("live value %d after reopen: %v", j, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
