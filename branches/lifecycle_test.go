@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/branchnfs/branchnfs/branches"
-	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/branches/branchestest"
 )
 
 func newManager(t testing.TB) *branches.Manager {
@@ -19,17 +19,10 @@ func newManager(t testing.TB) *branches.Manager {
 
 func newManagerOpts(t testing.TB, opts branches.Options) *branches.Manager {
 	t.Helper()
-	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
+	if opts.ReclaimDelay == 0 {
+		opts.ReclaimDelay = -1
 	}
-	opts.Store, opts.ReclaimDelay = st, -1
-	m, err := branches.Open(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close(); st.Close() })
-	return m
+	return branchestest.NewManager(t, opts)
 }
 
 func write(t testing.TB, m *branches.Manager, b, p, data string) {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
-	"github.com/branchnfs/branchnfs/kv"
 )
 
 // Bug 1 (cowfs/merge.go, Merge): both sides rename the same directory to
@@ -86,15 +85,7 @@ func TestRegressionMergeMakesACycle(t *testing.T) {
 // retry when the branch state changed meanwhile).
 func TestRegressionListDuringAbort(t *testing.T) {
 	ctx := context.Background()
-	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { m.Close(); st.Close() }()
+	m := newManagerOpts(t, branches.Options{ReclaimDelay: time.Millisecond})
 	write(t, m, "main", "f", "x")
 	done := make(chan error, 1)
 	go func() {

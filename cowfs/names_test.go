@@ -9,6 +9,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 const (
@@ -170,14 +171,7 @@ func TestLegacyNameSlots(t *testing.T) {
 
 func TestOpenFormat(t *testing.T) {
 	ctx := context.Background()
-	open := func() kv.Store {
-		st, err := kv.OpenBadger("", kv.BadgerOptions{InMemory: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		return st
-	}
+	open := func() kv.Store { return kvtest.NewStore(t) }
 	st := open()
 	if legacy, err := OpenFormat(ctx, st); err != nil || legacy {
 		t.Fatalf("new store: legacy=%v err=%v", legacy, err)

@@ -8,15 +8,12 @@ import (
 	"testing"
 
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 func newTestFS(t testing.TB, opts Options) (*FS, kv.Store, *Allocator) {
 	t.Helper()
-	st, err := kv.OpenBadger("", kv.BadgerOptions{InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := kvtest.NewStore(t)
 	al := NewAllocator(st)
 	l, err := NewTree(context.Background(), st, al, 0o755, 0, 0)
 	if err != nil {

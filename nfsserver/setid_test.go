@@ -8,6 +8,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 // crashAfter lets a number of write transactions through, then fails
@@ -29,17 +30,14 @@ func (s *crashAfter) Update(ctx context.Context, fn func(kv.Txn) error) error {
 // transaction that changes the data, so no crash can leave new content
 // with setuid set; root keeps the bits.
 func TestWriteAndTruncateKillSetID(t *testing.T) {
-	st, err := kv.OpenBadger("", kv.BadgerOptions{InMemory: true, GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := kvtest.NewStore(t)
 	cs := &crashAfter{Store: st}
 	cs.allowed.Store(-1)
 	m, err := branches.Open(context.Background(), branches.Options{Store: cs, ReclaimDelay: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.Close(); st.Close() })
+	t.Cleanup(func() { m.Close() })
 	_, addr := startServer(t, m, nil)
 	c := dialRaw(t, addr)
 	root := c.mnt("/main")

@@ -7,14 +7,19 @@ import (
 	nfs "github.com/willscott/go-nfs"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/branches/branchestest"
 	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 // newManager opens branches over a fresh in-memory Badger store (or an
 // on-disk one in dir when dir is not "").
 func newManager(tb testing.TB, dir string) *branches.Manager {
 	tb.Helper()
+	if dir == "" {
+		return branchestest.NewManager(tb, branches.Options{Store: kvtest.NewStore(tb)})
+	}
 	m, closeFn := openManager(tb, dir)
 	tb.Cleanup(closeFn)
 	return m

@@ -17,16 +17,12 @@ import (
 	"time"
 
 	"github.com/branchnfs/branchnfs/cowfs"
-	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 func newFS(t *testing.T) *cowfs.FS {
 	t.Helper()
-	st, err := kv.OpenBadger("", kv.BadgerOptions{InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := kvtest.NewStore(t)
 	al := cowfs.NewAllocator(st)
 	l, err := cowfs.NewTree(context.Background(), st, al, 0o755, 0, 0)
 	if err != nil {

@@ -21,6 +21,7 @@ var layers = map[string]int{
 	"cowfs":                         1,
 	"cowfs/importdir":               1,
 	"branches":                      2,
+	"branches/branchestest":         2,
 	"nfsserver":                     3,
 	"nfsserver/control":             3,
 	"nfsserver/control/controltest": 3,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 // countingStore counts the transactions and snapshots opened on a store:
@@ -39,12 +40,7 @@ func (c *countingStore) NewSnapshot() kv.Snapshot {
 // memory: its cost must not grow with the store.
 func TestStatusReadsNoStoredData(t *testing.T) {
 	ctx := context.Background()
-	st, err := kv.OpenBadger("", kv.BadgerOptions{InMemory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	cs := &countingStore{Store: st}
+	cs := &countingStore{Store: kvtest.NewStore(t)}
 	m, err := branches.Open(ctx, branches.Options{Store: cs, ReclaimDelay: -1, NoLifecycleSync: true})
 	if err != nil {
 		t.Fatal(err)
