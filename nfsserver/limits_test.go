@@ -1,13 +1,44 @@
 package nfsserver
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// nullCall connects to addr from laddr (nil: any port), sends an NFS NULL
+// call and reports whether it was answered; a refused connection is closed
+// without a reply.
+func nullCall(addr string, laddr *net.TCPAddr) (answered bool, err error) {
+	d := net.Dialer{LocalAddr: laddr, Timeout: 10 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		return false, err
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	rec := callMsg(7, 2, progNFS, 3, 0, authNone, nil)
+	out := append([]byte{0x80, 0, 0, byte(len(rec))}, rec...)
+	if _, err := nc.Write(out); err != nil {
+		return false, nil // closed under us
+	}
+	var hdr [4]byte
+	if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
 
 // settle polls until the server's request count has not moved for half a
 // second, and returns it: the server then reads no more requests.
@@ -104,4 +135,138 @@ func TestUnreadRepliesBounded(t *testing.T) {
 		}
 		seen[binary.BigEndian.Uint32(b)] = true
 	}
+}
+
+// emfileListener fails its first n Accepts as a process out of file
+// descriptors does.
+type emfileListener struct {
+	net.Listener
+	mu sync.Mutex
+	n  int
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	fail := l.n > 0
+	l.n--
+	l.mu.Unlock()
+	if fail {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// Serve keeps serving through EMFILE from accept.
+func TestAcceptEMFILE(t *testing.T) {
+	s, err := New(Options{Branches: fakeStore(), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(context.Background(), &emfileListener{Listener: ln, n: 6}) }()
+	if ok, err := nullCall(ln.Addr().String(), nil); err != nil || !ok {
+		t.Fatalf("not served after EMFILE: %v", err)
+	}
+	if n := s.Metrics().AcceptErrors; n != 6 {
+		t.Errorf("AcceptErrors = %d, want 6", n)
+	}
+	s.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}
+
+// At most MaxConnections connections are served at once.
+func TestMaxConnections(t *testing.T) {
+	s, addr := startServer(t, fakeStore(), func(s *Server) { s.opts.MaxConnections = 2 })
+	a, b := dialRaw(t, addr), dialRaw(t, addr)
+	for _, c := range []*rawClient{a, b} {
+		if r := c.call(progNFS, 3, 0, authNone, nil); r.stat != acceptSuccess {
+			t.Fatal("NULL failed")
+		}
+	}
+	if ok, err := nullCall(addr, nil); err != nil || ok {
+		t.Fatalf("third connection served (err %v)", err)
+	}
+	if n := s.Metrics().Refused; n != 1 {
+		t.Fatalf("Refused = %d, want 1", n)
+	}
+	a.nc.Close()
+	// Once a's connection is gone, a new one is served.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ok, err := nullCall(addr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no connection served after one closed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if r := b.call(progNFS, 3, 0, authNone, nil); r.stat != acceptSuccess {
+		t.Fatal("NULL on b failed")
+	}
+}
+
+// waitClosed reads from nc until the server closes it.
+func waitClosed(t *testing.T, nc net.Conn) {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(60 * time.Second))
+	if _, err := io.Copy(io.Discard, nc); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("connection not closed by the server: %v", err)
+	}
+}
+
+// A client that starts a request and never finishes it loses its
+// connection after RecordTimeout, while others are served.
+func TestSlowRecordClosed(t *testing.T) {
+	s, addr := startServer(t, fakeStore(), func(s *Server) { s.opts.RecordTimeout = 200 * time.Millisecond })
+	good := dialRaw(t, addr)
+	for _, partial := range [][]byte{
+		{0x80, 0},                           // half a record mark
+		{0x80, 0, 0, 100, 1, 2, 3, 4, 5, 6}, // 6 of 100 bytes
+	} {
+		slow, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer slow.Close()
+		if _, err := slow.Write(partial); err != nil {
+			t.Fatal(err)
+		}
+		if r := good.call(progNFS, 3, 0, authNone, nil); r.stat != acceptSuccess {
+			t.Fatal("NULL on another connection failed")
+		}
+		waitClosed(t, slow)
+	}
+	if n := s.Metrics().SlowRecords; n != 2 {
+		t.Errorf("SlowRecords = %d, want 2", n)
+	}
+}
+
+// A connection without requests for IdleTimeout is closed.
+func TestIdleConnectionClosed(t *testing.T) {
+	_, addr := startServer(t, fakeStore(), func(s *Server) { s.opts.IdleTimeout = 200 * time.Millisecond })
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	rec := callMsg(7, 2, progNFS, 3, 0, authNone, nil)
+	if _, err := nc.Write(append([]byte{0x80, 0, 0, byte(len(rec))}, rec...)); err != nil {
+		t.Fatal(err)
+	}
+	reply := make([]byte, 4+24)
+	if _, err := io.ReadFull(nc, reply); err != nil {
+		t.Fatalf("NULL: %v", err)
+	}
+	waitClosed(t, nc)
 }

@@ -1,9 +1,7 @@
 package nfsserver
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -11,34 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
-
-// nullCall connects to addr from laddr (nil: any port), sends an NFS NULL
-// call and reports whether it was answered; a refused connection is closed
-// without a reply.
-func nullCall(addr string, laddr *net.TCPAddr) (answered bool, err error) {
-	d := net.Dialer{LocalAddr: laddr, Timeout: 10 * time.Second}
-	nc, err := d.Dial("tcp", addr)
-	if err != nil {
-		return false, err
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(30 * time.Second))
-	rec := callMsg(7, 2, progNFS, 3, 0, authNone, nil)
-	out := append([]byte{0x80, 0, 0, byte(len(rec))}, rec...)
-	if _, err := nc.Write(out); err != nil {
-		return false, nil // closed under us
-	}
-	var hdr [4]byte
-	if _, err := io.ReadFull(nc, hdr[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
-			return false, nil
-		}
-		return false, err
-	}
-	return true, nil
-}
 
 // TestPeerUIDFilter: a userspace client (unprivileged source port) is
 // served only if its socket belongs to an allowed uid.

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -53,7 +54,25 @@ type Options struct {
 	// these uids. Others are refused and logged. nil means the server's
 	// effective uid and root. macOS cannot tell (README, "Guarantees").
 	AllowUIDs []uint32
+	// MaxConnections caps the open connections; more are closed at once,
+	// with a log line. 0 means DefaultMaxConnections.
+	MaxConnections int
+	// IdleTimeout closes a connection on which no request arrived for
+	// that long (clients reconnect when they need to); 0 means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// RecordTimeout closes a connection when a request, once its first
+	// byte arrived, is not whole within that time (a slow or stuck client
+	// cannot hold a connection forever); 0 means DefaultRecordTimeout.
+	RecordTimeout time.Duration
 }
+
+// Defaults of Options.
+const (
+	DefaultMaxConnections = 1024
+	DefaultIdleTimeout    = 30 * time.Minute
+	DefaultRecordTimeout  = 2 * time.Minute
+)
 
 // EnsureDefaults fills in the zero fields of o.
 func (o *Options) EnsureDefaults() {
@@ -65,6 +84,15 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.AnonGID == 0 {
 		o.AnonGID = 65534
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.RecordTimeout <= 0 {
+		o.RecordTimeout = DefaultRecordTimeout
 	}
 	if o.AllowUIDs == nil {
 		o.AllowUIDs = []uint32{0}
@@ -168,23 +196,39 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var mine sync.WaitGroup
 	mySet := map[*conn]struct{}{}
 	var acceptErr error
+	var backoff time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
 			select {
 			case <-stopping:
 			default:
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					time.Sleep(10 * time.Millisecond)
+				if temporaryAcceptError(err) {
+					// Out of file descriptors or similar: wait and retry,
+					// as net/http does (5 ms doubling to 1 s).
+					backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+					s.metrics.acceptErrors.Add(1)
+					s.log.Warn("nfs: accept failed; retrying", "err", err, "retry_in", backoff)
+					select {
+					case <-time.After(backoff):
+					case <-stopping:
+					}
 					continue
 				}
 				acceptErr = err
 			}
 			break
 		}
+		backoff = 0
 		c := s.newConn(nc)
 		s.mu.Lock()
+		if len(s.conns) >= s.opts.MaxConnections {
+			s.mu.Unlock()
+			s.metrics.refused.Add(1)
+			s.log.Warn("nfs: connection refused: too many connections", "remote", c.remote, "max", s.opts.MaxConnections)
+			nc.Close()
+			continue
+		}
 		s.conns[c] = struct{}{}
 		mySet[c] = struct{}{}
 		s.mu.Unlock()
@@ -256,11 +300,38 @@ func (s *Server) newConn(nc net.Conn) *conn {
 }
 
 func (c *conn) stopReading() {
-	c.nc.SetReadDeadline(time.Now())
 	c.wmu.Lock()
 	c.stopping = true
+	c.nc.SetReadDeadline(time.Now())
 	c.drained.Broadcast()
 	c.wmu.Unlock()
+}
+
+// readDeadline sets the read deadline unless the connection stops reading
+// (whose deadline, now, must stay).
+func (c *conn) readDeadline(t time.Time) bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.stopping {
+		return false
+	}
+	c.nc.SetReadDeadline(t)
+	return true
+}
+
+// temporaryAcceptError reports whether Accept may work again later: out
+// of file descriptors or memory, or a connection aborted before accept.
+func temporaryAcceptError(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitQueue waits until fewer than maxQueued reply bytes wait to be sent,
@@ -302,13 +373,32 @@ func (c *conn) serve() {
 	defer s.metrics.openConns.Add(-1)
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	for c.waitQueue() {
+		// A connection may sit idle for IdleTimeout between requests;
+		// once a request's first byte is in, all of it must arrive
+		// within RecordTimeout.
+		if br.Buffered() == 0 {
+			if !c.readDeadline(time.Now().Add(s.opts.IdleTimeout)) {
+				break
+			}
+			if _, err := br.Peek(1); err != nil {
+				if isTimeout(err) && !c.isStopping() {
+					s.log.Debug("nfs: closing idle connection", "remote", c.remote, "idle", s.opts.IdleTimeout)
+				} else {
+					c.logReadError(err)
+				}
+				break
+			}
+		}
+		if !c.readDeadline(time.Now().Add(s.opts.RecordTimeout)) {
+			break
+		}
 		rec, oversize, err := readRecord(br)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrUnexpectedEOF) {
-				var ne net.Error
-				if !errors.As(err, &ne) || !ne.Timeout() {
-					s.log.Debug("nfs: connection read failed", "remote", c.remote, "err", err)
-				}
+			if isTimeout(err) && !c.isStopping() {
+				s.metrics.slowRecords.Add(1)
+				s.log.Warn("nfs: closing connection: a request did not arrive whole in time", "remote", c.remote, "timeout", s.opts.RecordTimeout)
+			} else {
+				c.logReadError(err)
 			}
 			break
 		}
@@ -327,6 +417,23 @@ func (c *conn) serve() {
 	}
 	c.wg.Wait()
 	c.nc.Close()
+}
+
+func (c *conn) isStopping() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return c.stopping
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func (c *conn) logReadError(err error) {
+	if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.ErrUnexpectedEOF) && !isTimeout(err) {
+		c.s.log.Debug("nfs: connection read failed", "remote", c.remote, "err", err)
+	}
 }
 
 // readRecord reads one RPC record (RFC 5531 record marking), reassembling
@@ -617,7 +724,8 @@ func (s *Server) invoke(r *request, pi procInfo, prog uint32, d *decoder, e *enc
 // counters are the live metrics.
 type counters struct {
 	conns, refused, requests, garbage, panics atomic.Uint64
-	nfsErrors, throttled                      atomic.Uint64
+	nfsErrors, throttled, acceptErrors        atomic.Uint64
+	slowRecords                               atomic.Uint64
 	bytesRead, bytesWritten                   atomic.Uint64
 	openConns, inFlight                       atomic.Int64
 	nfs                                       [numNFSProcs]atomic.Uint64
@@ -637,8 +745,10 @@ func (m *counters) countProc(prog, proc uint32) {
 type Metrics struct {
 	Connections     uint64            // accepted since start
 	OpenConnections int64             // open now
-	Refused         uint64            // connections refused (Options.AllowUIDs)
+	Refused         uint64            // connections refused (Options.AllowUIDs, MaxConnections)
 	Throttled       uint64            // times a connection stopped being read until its replies drained
+	AcceptErrors    uint64            // temporary accept failures (such as EMFILE), retried
+	SlowRecords     uint64            // connections closed because a request did not arrive whole in time
 	Requests        uint64            // RPC calls received
 	InFlight        int64             // being handled now
 	GarbageArgs     uint64            // calls answered GARBAGE_ARGS
@@ -657,6 +767,8 @@ func (s *Server) Metrics() Metrics {
 		OpenConnections: m.openConns.Load(),
 		Refused:         m.refused.Load(),
 		Throttled:       m.throttled.Load(),
+		AcceptErrors:    m.acceptErrors.Load(),
+		SlowRecords:     m.slowRecords.Load(),
 		Requests:        m.requests.Load(),
 		InFlight:        m.inFlight.Load(),
 		GarbageArgs:     m.garbage.Load(),
