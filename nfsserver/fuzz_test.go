@@ -119,7 +119,7 @@ func FuzzDecodeCall(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, rec []byte) {
 		panics := s.metrics.panics.Load()
-		reply := s.dispatch(append([]byte(nil), rec...), false, "127.0.0.1:1")
+		reply := s.dispatch(append([]byte(nil), rec...), false, "127.0.0.1:1", nil)
 		if s.metrics.panics.Load() != panics {
 			t.Fatalf("a procedure panicked on %x", rec)
 		}

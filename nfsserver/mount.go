@@ -24,16 +24,60 @@ var mountProcs = [numMountProcs]procInfo{
 const (
 	numMountProcs = 6
 	maxMountPath  = 1024 // MNTPATHLEN
+	// maxMounts caps the mount table: clients that never send UMNT (or a
+	// client mounting in a loop) cannot grow it without bound. Beyond it
+	// the oldest entry is dropped.
+	maxMounts = 1024
 )
 
-// mountTable remembers who mounted what, for DUMP. It is advisory, as in
-// every NFS server: UMNT may never come.
+// mountTable remembers who mounted what, for DUMP and for BranchUsers. It
+// is advisory, as in every NFS server: UMNT may never come.
 type mountTable struct {
-	mu sync.Mutex // protects the following
-	m  map[[2]string]struct{}
+	mu  sync.Mutex // protects the following
+	m   map[[2]string]mountEntry // by (client name, path)
+	seq uint64                   // of the latest MNT
 }
 
-func (t *mountTable) init() { t.m = make(map[[2]string]struct{}) }
+type mountEntry struct {
+	seq    uint64 // order of the MNT: the lowest is dropped first
+	branch string // the branch of the path; "" for "/"
+}
+
+func (t *mountTable) init() { t.m = make(map[[2]string]mountEntry) }
+
+// add records a mount, dropping the oldest entry when the table is full.
+// It returns the dropped key, if any.
+func (t *mountTable) add(client, path, branch string) (dropped [2]string, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seq++
+	t.m[[2]string{client, path}] = mountEntry{seq: t.seq, branch: branch}
+	if len(t.m) <= maxMounts {
+		return dropped, false
+	}
+	oldest := t.seq
+	for k, e := range t.m {
+		if e.seq <= oldest {
+			oldest, dropped = e.seq, k
+		}
+	}
+	delete(t.m, dropped)
+	return dropped, true
+}
+
+// clients lists "CLIENT:PATH" for every mount of branch, sorted.
+func (t *mountTable) clients(branch string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for k, e := range t.m {
+		if e.branch == branch {
+			out = append(out, k[0]+":"+k[1])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // clientName identifies the caller in the mount table: the AUTH_UNIX
 // machine name, else the remote address.
@@ -88,9 +132,13 @@ func mountMnt(r *request, d *decoder, e *encoder) error {
 		e.u32(mountStatus(err))
 		return nil
 	}
-	r.s.mounts.mu.Lock()
-	r.s.mounts.m[[2]string{r.clientName(), p}] = struct{}{}
-	r.s.mounts.mu.Unlock()
+	branch := ""
+	if !n.isSyntheticRoot() {
+		branch = n.info.Name
+	}
+	if k, ok := r.s.mounts.add(r.clientName(), p, branch); ok {
+		r.s.log.Info("mount: table full; forgetting the oldest mount", "client", k[0], "path", k[1], "max", maxMounts)
+	}
 	r.s.log.Info("mount: granted", "path", p, "client", r.clientName(), "branch", n.info.Name)
 	e.u32(0)
 	e.opaque(r.s.encodeHandle(n.h))

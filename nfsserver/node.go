@@ -42,6 +42,9 @@ func (r *request) resolve(raw []byte) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.conn != nil && !h.viaRoot {
+		r.conn.touch(h.branch)
+	}
 	a, err := fs.GetAttr(h.ino)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) {

@@ -290,6 +290,25 @@ type conn struct {
 	stopping bool // stopReading was called
 
 	wbufs [][]byte // used by the writer only, outside wmu
+
+	// used maps the id of each branch whose handles (of its own export,
+	// not of "/") this connection used to the time, in Unix nanoseconds,
+	// of the last use: *atomic.Int64 by branches.BranchID.
+	used sync.Map
+}
+
+// touch records a use of branch's handles.
+func (c *conn) touch(b branches.BranchID) {
+	now := time.Now().UnixNano()
+	if v, ok := c.used.Load(b); ok {
+		v.(*atomic.Int64).Store(now)
+		return
+	}
+	t := new(atomic.Int64)
+	t.Store(now)
+	if v, loaded := c.used.LoadOrStore(b, t); loaded {
+		v.(*atomic.Int64).Store(now)
+	}
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
@@ -587,6 +606,7 @@ type request struct {
 	op     string // procedure name, for logs
 	s      *Server
 	remote string
+	conn   *conn // nil in tests that call dispatch directly
 	xid    uint32
 	proc   uint32
 	cred   cred
@@ -602,7 +622,7 @@ type procInfo struct {
 
 // handle answers one RPC record.
 func (c *conn) handle(rec []byte, oversize bool) {
-	if reply := c.s.dispatch(rec, oversize, c.remote); reply != nil {
+	if reply := c.s.dispatch(rec, oversize, c.remote, c); reply != nil {
 		c.send(reply)
 	}
 }
@@ -610,7 +630,7 @@ func (c *conn) handle(rec []byte, oversize bool) {
 // dispatch decodes one RPC record, runs the procedure and returns the reply
 // record (its first 4 bytes reserved for the record mark), or nil when the
 // record is not a call and gets no reply.
-func (s *Server) dispatch(rec []byte, oversize bool, remote string) []byte {
+func (s *Server) dispatch(rec []byte, oversize bool, remote string, c *conn) []byte {
 	d := decoder{b: rec}
 	xid := d.u32()
 	mtype := d.u32()
@@ -689,7 +709,7 @@ func (s *Server) dispatch(rec []byte, oversize bool, remote string) []byte {
 	pi := table[proc]
 	s.metrics.countProc(prog, proc)
 	e.u32(acceptSuccess)
-	r := &request{op: progName + "." + pi.name, s: s, remote: remote, xid: xid, proc: proc, cred: cr, ctx: context.Background()}
+	r := &request{op: progName + "." + pi.name, s: s, remote: remote, conn: c, xid: xid, proc: proc, cred: cr, ctx: context.Background()}
 	s.invoke(r, pi, prog, &d, &e, statPos)
 	if prog == progNFS && len(e.b) >= statPos+8 && binary.BigEndian.Uint32(e.b[statPos:]) == acceptSuccess &&
 		binary.BigEndian.Uint32(e.b[statPos+4:]) != 0 {
