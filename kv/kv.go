@@ -91,6 +91,11 @@ var (
 	ErrClosed = errors.New("kv: store closed")
 	// ErrConflict is returned by Update when retries are exhausted.
 	ErrConflict = errors.New("kv: transaction conflict")
+	// ErrUnknownOutcome is returned by Update of a store reached over the
+	// network when the commit was sent but no answer came back (timeout,
+	// cancellation, lost connection): it may or may not have been applied.
+	// The caller must read the state again before deciding to retry.
+	ErrUnknownOutcome = errors.New("kv: transaction outcome unknown")
 	// ErrSyncFailed is returned by Sync once an fsync has failed: the
 	// store cannot tell any more which transactions are durable, and every
 	// later Sync fails until it is opened again.

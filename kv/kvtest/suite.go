@@ -42,7 +42,7 @@ var Cases = []struct {
 	{"TxnTooBig", testTxnTooBig},
 	{"ContextCanceled", testContextCanceled},
 	{"Sync", testSync},
-	{"SizeCompact", testSizeCompact},
+	{"SizeCompactReclaim", testSizeCompact},
 	{"Closed", testClosed},
 }
 
@@ -779,7 +779,17 @@ func testSizeCompact(t *testing.T, s kv.Store) {
 	if err := s.Compact(bg); err != nil {
 		t.Errorf("Compact: %v", err)
 	}
+	set(t, s, "b", "2")
+	if err := s.Update(bg, func(tx kv.Txn) error { return tx.Delete(b("b")) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReclaimSpace(bg); err != nil {
+		t.Errorf("ReclaimSpace: %v", err)
+	}
 	wantValue(t, s, "a", "1")
+	wantAbsent(t, s, "b")
+	set(t, s, "c", "3")
+	wantValue(t, s, "c", "3")
 }
 
 func testClosed(t *testing.T, s kv.Store) {
@@ -798,6 +808,9 @@ func testClosed(t *testing.T, s kv.Store) {
 	}
 	if err := s.Compact(bg); !errors.Is(err, kv.ErrClosed) {
 		t.Errorf("Compact after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.ReclaimSpace(bg); !errors.Is(err, kv.ErrClosed) {
+		t.Errorf("ReclaimSpace after Close = %v, want ErrClosed", err)
 	}
 	snap := s.NewSnapshot()
 	if _, err := snap.Get(b("a")); !errors.Is(err, kv.ErrClosed) {

@@ -1,0 +1,45 @@
+// Package etcdkv implements kv.Store on an etcd v3 cluster, through the
+// go.etcd.io/etcd/client/v3 client. It is the only package besides its test
+// harness, etcdtest, that imports etcd.
+//
+// Snapshots: a View, a Snapshot and each attempt of an Update start with a
+// linearizable read of the cluster's current revision, and read every key
+// at that revision (etcd's MVCC keeps the history until it is compacted).
+// So a transaction sees every commit acknowledged before it started and
+// none after.
+//
+// Transactions are optimistic. An Update buffers its writes (reads see
+// them) and records what it read: the mod revision of every key read by
+// Get, GetFunc, Has or passed to an Iterate callback (0 for an absent key),
+// and each range that an Iterate call covered, from its start to the last
+// key it passed. It commits as one etcd Txn whose compares require each
+// read key to have the same mod revision (so a change, a delete or a
+// creation conflicts) and each iterated range to hold no key with a mod
+// revision above the snapshot's (so a key inserted into the range
+// conflicts too); a failed compare retries fn at a new revision. The
+// per-key compares are needed because a range compare cannot see a
+// deletion. A transaction without writes commits nothing.
+//
+// Limits: a commit holds at most Options.MaxTxnOps writes and as many
+// compares, and at most Options.MaxRequestBytes; these must match the
+// servers' --max-txn-ops and --max-request-bytes (128 and 1.5 MiB by
+// default). Set and Delete return kv.ErrTxnTooBig as soon as the writes no
+// longer fit, and Update returns it when the reads need too many compares.
+// Reading many keys in an Update is therefore the costly part: large reads
+// belong in a View.
+//
+// Error model: kv.ErrNotFound, kv.ErrReadOnly, kv.ErrTxnTooBig, kv.ErrClosed
+// and kv.ErrConflict as the contract says; kv.ErrNoSpace when the cluster is
+// over its --quota-backend-bytes; ErrCompacted when a View or Snapshot
+// outlived the cluster's history (Update starts over instead); and
+// kv.ErrUnknownOutcome when a commit was sent but no answer came back, in
+// which case it may have been applied. Every request is bounded by
+// Options.RequestTimeout.
+//
+// Durability: etcd acknowledges a commit once a majority of its members
+// have fsynced it, so Sync has nothing left to do. Compact does nothing:
+// history compaction is the server's (--auto-compaction-retention).
+//
+// Concurrency: a store is safe for concurrent use; a transaction belongs
+// to the goroutine running its callback.
+package etcdkv

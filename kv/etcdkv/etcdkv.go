@@ -1,0 +1,599 @@
+package etcdkv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Options tunes the etcd store. The zero value means defaults that match an
+// etcd server started with its default flags.
+type Options struct {
+	// Prefix is prepended to every key, so that several stores share one
+	// cluster (default "/branchnfs/"). Keys outside it are never touched.
+	Prefix string
+	// MaxTxnOps is the server's --max-txn-ops (default 128): a commit may
+	// carry at most this many writes and at most this many compares.
+	MaxTxnOps int
+	// MaxRequestBytes is the server's --max-request-bytes (default 1.5 MiB).
+	MaxRequestBytes int
+	// RequestTimeout bounds each request to the cluster (default 10 s), so
+	// that a cluster without quorum fails calls instead of hanging them.
+	RequestTimeout time.Duration
+	// MaxAttempts bounds the attempts of one Update before it returns
+	// kv.ErrConflict (default 100).
+	MaxAttempts int
+	// PageSize is how many keys one range request of Iterate fetches
+	// (default 256).
+	PageSize int
+	// Logger receives warnings (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills zero fields with defaults.
+func (o *Options) EnsureDefaults() {
+	if o.Prefix == "" {
+		o.Prefix = "/branchnfs/"
+	}
+	if o.MaxTxnOps <= 0 {
+		o.MaxTxnOps = 128
+	}
+	if o.MaxRequestBytes <= 0 {
+		o.MaxRequestBytes = 3 << 19 // 1.5 MiB
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 10 * time.Second
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 100
+	}
+	if o.PageSize <= 0 {
+		o.PageSize = 256
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// requestOverhead is what a commit request carries besides its keys and
+// values: the per-operation framing and the request header. The estimate
+// errs high, so a commit the store sends fits the server's limit.
+const (
+	requestOverhead = 512
+	opOverhead      = 24
+)
+
+// store implements kv.Store on etcd v3.
+type store struct {
+	cli    *clientv3.Client // read only
+	kv     clientv3.KV      // cli.KV under opts.Prefix; read only
+	opts   Options          // read only
+	closed atomic.Bool
+}
+
+var _ kv.Store = (*store)(nil)
+
+// Open connects to the etcd cluster described by cfg and returns a store
+// keeping its keys under opts.Prefix. The store owns the client: Close
+// closes it.
+func Open(cfg clientv3.Config, opts Options) (kv.Store, error) {
+	opts.EnsureDefaults()
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = opts.RequestTimeout
+	}
+	// A commit may be as large as the server allows, plus framing.
+	if cfg.MaxCallSendMsgSize == 0 {
+		cfg.MaxCallSendMsgSize = opts.MaxRequestBytes + 64<<10
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcdkv: connect to %v: %w", cfg.Endpoints, err)
+	}
+	s := &store{cli: cli, kv: namespace.NewKV(cli.KV, opts.Prefix), opts: opts}
+	// Fail now, with a clear message, if no member answers.
+	ctx, cancel := context.WithTimeout(context.Background(), opts.RequestTimeout)
+	defer cancel()
+	if _, err := s.revision(ctx); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcdkv: no answer from the etcd cluster at %v: %w; check that its members run and that a majority of them can reach each other", cfg.Endpoints, err)
+	}
+	return s, nil
+}
+
+// revision returns the cluster's current revision with a linearizable read:
+// every transaction committed before the call is at or below it.
+func (s *store) revision(ctx context.Context) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	defer cancel()
+	resp, err := s.kv.Get(ctx, "\x00", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, s.mapErr(err, 0)
+	}
+	return resp.Header.Revision, nil
+}
+
+func (s *store) View(ctx context.Context, fn func(kv.Txn) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return kv.ErrClosed
+	}
+	rev, err := s.revision(ctx)
+	if err != nil {
+		return err
+	}
+	return fn(&txn{s: s, ctx: ctx, rev: rev})
+}
+
+func (s *store) Update(ctx context.Context, fn func(kv.Txn) error) error {
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if s.closed.Load() {
+			return kv.ErrClosed
+		}
+		rev, err := s.revision(ctx)
+		if err != nil {
+			return err
+		}
+		t := &txn{s: s, ctx: ctx, rev: rev, rw: true, writes: map[string]write{}, reads: map[string]int64{}}
+		err = fn(t)
+		if errors.Is(err, ErrCompacted) && attempt+1 < s.opts.MaxAttempts {
+			// The snapshot went away under fn: start over at a newer one.
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		ok, err := t.commit()
+		if err != nil || ok {
+			return err
+		}
+		if attempt+1 >= s.opts.MaxAttempts {
+			return fmt.Errorf("%w: %d attempts conflicted with other commits", kv.ErrConflict, attempt+1)
+		}
+		// Back off a little so contending writers interleave.
+		time.Sleep(time.Duration(rand.IntN(500*(attempt+1))) * time.Microsecond)
+	}
+}
+
+func (s *store) NewSnapshot() kv.Snapshot {
+	if s.closed.Load() {
+		return &txn{s: s, ctx: context.Background(), err: kv.ErrClosed}
+	}
+	ctx := context.Background()
+	rev, err := s.revision(ctx)
+	return &txn{s: s, ctx: ctx, rev: rev, err: err}
+}
+
+// Sync returns at once: etcd acknowledges a commit only after a majority of
+// its members have written it to their raft logs and fsynced them, so every
+// committed transaction is already durable against power loss.
+func (s *store) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return kv.ErrClosed
+	}
+	return nil
+}
+
+// Size reports the backend database size of the first member that answers
+// (all keys of the cluster, not only this store's prefix).
+func (s *store) Size() (int64, error) {
+	if s.closed.Load() {
+		return 0, kv.ErrClosed
+	}
+	var last error
+	for _, ep := range s.cli.Endpoints() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.RequestTimeout)
+		st, err := s.cli.Status(ctx, ep)
+		cancel()
+		if err == nil {
+			return st.DbSize, nil
+		}
+		last = err
+	}
+	return 0, fmt.Errorf("etcdkv: size: no member answered: %w", s.mapErr(last, 0))
+}
+
+// Compact does nothing: etcd compacts its history itself when started with
+// --auto-compaction-retention, and defragmentation stalls a member, so it
+// is left to the operator (see docs/design.md).
+func (s *store) Compact(ctx context.Context) error {
+	if s.closed.Load() {
+		return kv.ErrClosed
+	}
+	return ctx.Err()
+}
+
+// ReclaimSpace compacts the cluster's history up to the current revision
+// (for every prefix, not only this store's) and defragments each member in
+// turn, which gives the space of deleted and overwritten values back to
+// the filesystem. A defragmentation blocks reads and writes on its member
+// while it runs, and Views and Snapshots open elsewhere at older revisions
+// fail with ErrCompacted afterwards (Updates start over). DiskBefore and
+// DiskAfter are the database size of the first member that answers.
+func (s *store) ReclaimSpace(ctx context.Context) (kv.ReclaimStats, error) {
+	var st kv.ReclaimStats
+	if s.closed.Load() {
+		return st, kv.ErrClosed
+	}
+	var err error
+	if st.DiskBefore, err = s.Size(); err != nil {
+		return st, err
+	}
+	rev, err := s.revision(ctx)
+	if err != nil {
+		return st, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	_, err = s.cli.Compact(cctx, rev, clientv3.WithCompactPhysical())
+	cancel()
+	if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		return st, fmt.Errorf("etcdkv: reclaim space: compact to revision %d: %w", rev, s.mapErr(err, 0))
+	}
+	for _, ep := range s.cli.Endpoints() {
+		// Defragmentation rewrites the member's whole database.
+		dctx, cancel := context.WithTimeout(ctx, 10*s.opts.RequestTimeout)
+		_, err := s.cli.Defragment(dctx, ep)
+		cancel()
+		if err != nil {
+			return st, fmt.Errorf("etcdkv: reclaim space: defragment %s: %w", ep, s.mapErr(err, 0))
+		}
+	}
+	st.DiskAfter, err = s.Size()
+	return st, err
+}
+
+// Close closes the client; closing again returns nil.
+func (s *store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.cli.Close()
+}
+
+// mapErr turns client errors into kv and etcdkv errors, keeping the
+// original wrapped. rev is the snapshot revision of the failed read, if any.
+func (s *store) mapErr(err error, rev int64) error {
+	switch {
+	case err == nil:
+		return nil
+	case s.closed.Load():
+		return fmt.Errorf("%w: %w", kv.ErrClosed, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return fmt.Errorf("%w: the snapshot at revision %d is older than the cluster's compacted history (%w); retry the operation, and raise --auto-compaction-retention if this happens often", ErrCompacted, rev, err)
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		return fmt.Errorf("%w: the etcd cluster is over its --quota-backend-bytes (%w); compact and defragment it, then run 'etcdctl alarm disarm'", kv.ErrNoSpace, err)
+	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge), status.Code(err) == codes.ResourceExhausted:
+		return fmt.Errorf("%w: the etcd server refused the commit (%w); its --max-txn-ops or --max-request-bytes is lower than Options says", kv.ErrTxnTooBig, err)
+	}
+	return err
+}
+
+// write is one buffered Set (del false) or Delete.
+type write struct {
+	val []byte
+	del bool
+}
+
+// keyRange is a range [start, end) that an Iterate call read to its end.
+type keyRange struct{ start, end []byte }
+
+// txn is a transaction at snapshot revision rev. A read-write txn buffers
+// its writes and records what it read, to commit with compares: each key
+// read must still have the mod revision it had at rev (0: still absent),
+// and each iterated range must hold no key modified after rev.
+type txn struct {
+	s   *store
+	ctx context.Context
+	rev int64
+	err error // set when the snapshot could not be opened: every read fails
+	rw  bool
+
+	writes map[string]write // buffered writes by key
+	bytes  int              // estimated request bytes of the writes
+	reads  map[string]int64 // mod revision of each key read from the store
+	ranges []keyRange       // ranges iterated
+}
+
+func (t *txn) reqCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.ctx, t.s.opts.RequestTimeout)
+}
+
+// fetch reads key at the snapshot revision, recording the read.
+func (t *txn) fetch(key []byte, keysOnly bool) ([]byte, bool, error) {
+	if t.err != nil {
+		return nil, false, t.err
+	}
+	if t.s.closed.Load() {
+		return nil, false, kv.ErrClosed
+	}
+	if w, ok := t.writes[string(key)]; ok {
+		return w.val, !w.del, nil
+	}
+	ctx, cancel := t.reqCtx()
+	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithRev(t.rev)}
+	if keysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	resp, err := t.s.kv.Get(ctx, string(key), opts...)
+	if err != nil {
+		return nil, false, t.s.mapErr(err, t.rev)
+	}
+	var modRev int64
+	var val []byte
+	if len(resp.Kvs) > 0 {
+		modRev, val = resp.Kvs[0].ModRevision, resp.Kvs[0].Value
+		if val == nil {
+			val = []byte{}
+		}
+	}
+	if t.rw {
+		if _, seen := t.reads[string(key)]; !seen {
+			t.reads[string(key)] = modRev
+		}
+	}
+	return val, len(resp.Kvs) > 0, nil
+}
+
+func (t *txn) Get(key []byte) ([]byte, error) {
+	v, ok, err := t.fetch(key, false)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, kv.ErrNotFound
+	}
+	return slices.Clone(v), nil
+}
+
+func (t *txn) GetFunc(key []byte, fn func([]byte) error) error {
+	v, ok, err := t.fetch(key, false)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return kv.ErrNotFound
+	}
+	return fn(v)
+}
+
+func (t *txn) Has(key []byte) (bool, error) {
+	_, ok, err := t.fetch(key, true)
+	return ok, err
+}
+
+// Iterate merges the store's keys at the snapshot revision, fetched a page
+// at a time, with the transaction's own buffered writes.
+func (t *txn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) (bool, error)) error {
+	if t.err != nil {
+		return t.err
+	}
+	if t.s.closed.Load() {
+		return kv.ErrClosed
+	}
+	lo := prefix
+	if bytes.Compare(start, prefix) > 0 {
+		lo = start
+	}
+	if len(lo) == 0 {
+		lo = []byte{0} // etcd has no empty key
+	}
+	hi := []byte(clientv3.GetPrefixRangeEnd(string(prefix)))
+	if len(prefix) == 0 {
+		hi = []byte{0} // etcd's "every key from lo on"
+	}
+	inRange := func(k []byte) bool {
+		return bytes.Compare(k, lo) >= 0 && (len(prefix) == 0 || bytes.Compare(k, hi) < 0)
+	}
+	// The buffered writes in range, in key order.
+	var pending []string
+	for k := range t.writes {
+		if inRange([]byte(k)) {
+			pending = append(pending, k)
+		}
+	}
+	slices.Sort(pending)
+	// emit passes one key to fn; a pending delete hides it.
+	emit := func(k []byte, v []byte, fromStore bool, modRev int64) (bool, error) {
+		if fromStore && t.rw {
+			if _, seen := t.reads[string(k)]; !seen {
+				t.reads[string(k)] = modRev
+			}
+		}
+		if keysOnly {
+			v = nil
+		} else if v == nil {
+			v = []byte{}
+		}
+		return fn(k, v)
+	}
+	// stop records the range read up to and including key last (nil: to
+	// the end of the range) and ends the iteration.
+	stop := func(last []byte, err error) error {
+		if t.rw && err == nil {
+			end := hi
+			if last != nil {
+				end = append(slices.Clone(last), 0)
+			}
+			t.ranges = append(t.ranges, keyRange{start: slices.Clone(lo), end: end})
+		}
+		return err
+	}
+	// flushPending emits pending sets before key k (nil: all of them).
+	flushPending := func(k []byte) ([]byte, bool, error) {
+		for len(pending) > 0 && (k == nil || pending[0] < string(k)) {
+			pk := pending[0]
+			pending = pending[1:]
+			w := t.writes[pk]
+			if w.del {
+				continue
+			}
+			more, err := emit([]byte(pk), w.val, false, 0)
+			if err != nil || !more {
+				return []byte(pk), false, err
+			}
+		}
+		return nil, true, nil
+	}
+	from := lo
+	for {
+		ctx, cancel := t.reqCtx()
+		opts := []clientv3.OpOption{clientv3.WithRange(string(hi)), clientv3.WithRev(t.rev), clientv3.WithLimit(int64(t.s.opts.PageSize))}
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
+		resp, err := t.s.kv.Get(ctx, string(from), opts...)
+		cancel()
+		if err != nil {
+			return t.s.mapErr(err, t.rev)
+		}
+		for _, e := range resp.Kvs {
+			if last, more, err := flushPending(e.Key); err != nil || !more {
+				return stop(last, err)
+			}
+			if len(pending) > 0 && pending[0] == string(e.Key) {
+				w := t.writes[pending[0]]
+				pending = pending[1:]
+				if w.del {
+					continue
+				}
+				if more, err := emit(e.Key, w.val, false, 0); err != nil || !more {
+					return stop(e.Key, err)
+				}
+				continue
+			}
+			if more, err := emit(e.Key, e.Value, true, e.ModRevision); err != nil || !more {
+				return stop(e.Key, err)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = append(slices.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
+	}
+	if last, more, err := flushPending(nil); err != nil || !more {
+		return stop(last, err)
+	}
+	return stop(nil, nil)
+}
+
+func (t *txn) Set(key, value []byte) error {
+	return t.put(key, write{val: slices.Clone(value)})
+}
+
+func (t *txn) Delete(key []byte) error {
+	return t.put(key, write{del: true})
+}
+
+func (t *txn) put(key []byte, w write) error {
+	if !t.rw {
+		return kv.ErrReadOnly
+	}
+	if t.s.closed.Load() {
+		return kv.ErrClosed
+	}
+	if w.val == nil && !w.del {
+		w.val = []byte{}
+	}
+	old, had := t.writes[string(key)]
+	size := len(t.s.opts.Prefix) + len(key) + len(w.val) + opOverhead
+	if had {
+		size -= len(t.s.opts.Prefix) + len(key) + len(old.val) + opOverhead
+	}
+	if !had && len(t.writes)+1 > t.s.opts.MaxTxnOps {
+		return fmt.Errorf("%w: an etcd transaction holds at most %d writes (the server's --max-txn-ops); split the operation or raise the limit on every member and in Options.MaxTxnOps", kv.ErrTxnTooBig, t.s.opts.MaxTxnOps)
+	}
+	if t.bytes+size+requestOverhead > t.s.opts.MaxRequestBytes {
+		return fmt.Errorf("%w: the transaction's writes would exceed %d bytes (the server's --max-request-bytes); split the operation or raise the limit on every member and in Options.MaxRequestBytes", kv.ErrTxnTooBig, t.s.opts.MaxRequestBytes)
+	}
+	t.bytes += size
+	t.writes[string(key)] = w
+	return nil
+}
+
+func (t *txn) Discard() {}
+
+// commit sends the buffered writes guarded by the compares of what the
+// transaction read. It reports false when a compare failed (a conflict).
+func (t *txn) commit() (bool, error) {
+	if len(t.writes) == 0 {
+		return true, nil // nothing to commit; the reads were a snapshot
+	}
+	prefix := len(t.s.opts.Prefix)
+	var cmps []clientv3.Cmp
+	reqBytes := t.bytes + requestOverhead
+	readKeys := make([]string, 0, len(t.reads))
+	for k := range t.reads {
+		readKeys = append(readKeys, k)
+	}
+	slices.Sort(readKeys)
+	for _, k := range readKeys {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", t.reads[k]))
+		reqBytes += prefix + len(k) + opOverhead
+	}
+	for _, r := range t.ranges {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(r.start)), "<", t.rev+1).WithRange(string(r.end)))
+		reqBytes += 2*prefix + len(r.start) + len(r.end) + opOverhead
+	}
+	if len(cmps) > t.s.opts.MaxTxnOps {
+		return false, fmt.Errorf("%w: the transaction read %d keys and %d ranges, and an etcd transaction checks at most %d (the server's --max-txn-ops); read less in read-write transactions (use a View for large reads) or raise the limit on every member and in Options.MaxTxnOps",
+			kv.ErrTxnTooBig, len(t.reads), len(t.ranges), t.s.opts.MaxTxnOps)
+	}
+	if reqBytes > t.s.opts.MaxRequestBytes {
+		return false, fmt.Errorf("%w: the commit would be about %d bytes, over the server's --max-request-bytes of %d; split the operation or raise the limit on every member and in Options.MaxRequestBytes",
+			kv.ErrTxnTooBig, reqBytes, t.s.opts.MaxRequestBytes)
+	}
+	keys := make([]string, 0, len(t.writes))
+	for k := range t.writes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	ops := make([]clientv3.Op, 0, len(keys))
+	for _, k := range keys {
+		if w := t.writes[k]; w.del {
+			ops = append(ops, clientv3.OpDelete(k))
+		} else {
+			ops = append(ops, clientv3.OpPut(k, string(w.val)))
+		}
+	}
+	if err := t.ctx.Err(); err != nil {
+		return false, err // not sent
+	}
+	ctx, cancel := t.reqCtx()
+	defer cancel()
+	resp, err := t.s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		mapped := t.s.mapErr(err, t.rev)
+		if errors.Is(mapped, kv.ErrTxnTooBig) || errors.Is(mapped, kv.ErrNoSpace) || errors.Is(mapped, ErrCompacted) {
+			return false, mapped // refused by the server: nothing applied
+		}
+		// The request may have reached the leader and been applied while
+		// the answer was lost (timeout, cancel, lost connection).
+		return false, fmt.Errorf("%w: the commit of %d writes at revision %d got no answer from the etcd cluster (%w): it may or may not have been applied; read the state again before retrying",
+			kv.ErrUnknownOutcome, len(ops), t.rev, mapped)
+	}
+	return resp.Succeeded, nil
+}

@@ -1,0 +1,151 @@
+package etcdtest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv"
+)
+
+// Options tunes a test cluster. The zero value means 3 members with the
+// server's default limits.
+type Options struct {
+	// Members in the cluster (default 3).
+	Members int
+	// MaxTxnOps and MaxRequestBytes are the servers' --max-txn-ops and
+	// --max-request-bytes (defaults 128 and 1.5 MiB, etcd's own).
+	MaxTxnOps       uint
+	MaxRequestBytes uint
+	// QuotaBackendBytes is --quota-backend-bytes (default etcd's, 2 GiB).
+	QuotaBackendBytes int64
+}
+
+// Cluster is a running etcd cluster.
+type Cluster struct {
+	// Endpoints are the members' client URLs.
+	Endpoints []string
+	members   []*embed.Etcd
+	stopped   []bool
+	prefixes  atomic.Int64
+}
+
+// freePort returns a loopback port nobody listens on right now.
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("etcdtest: find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// StartCluster starts a cluster and waits until it has a leader. It is
+// stopped when tb ends.
+func StartCluster(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	if opts.Members <= 0 {
+		opts.Members = 3
+	}
+	dir := tb.TempDir()
+	type urls struct{ peer, client url.URL }
+	addrs := make([]urls, opts.Members)
+	var initial []string
+	for i := range addrs {
+		addrs[i] = urls{
+			peer:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freePort(tb))},
+			client: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freePort(tb))},
+		}
+		initial = append(initial, fmt.Sprintf("m%d=%s", i, addrs[i].peer.String()))
+	}
+	c := &Cluster{stopped: make([]bool, opts.Members)}
+	errs := make([]error, opts.Members)
+	var wg sync.WaitGroup
+	c.members = make([]*embed.Etcd, opts.Members)
+	for i := range addrs {
+		cfg := embed.NewConfig()
+		cfg.Name = fmt.Sprintf("m%d", i)
+		cfg.Dir = filepath.Join(dir, cfg.Name)
+		cfg.ListenPeerUrls = []url.URL{addrs[i].peer}
+		cfg.AdvertisePeerUrls = []url.URL{addrs[i].peer}
+		cfg.ListenClientUrls = []url.URL{addrs[i].client}
+		cfg.AdvertiseClientUrls = []url.URL{addrs[i].client}
+		cfg.InitialCluster = strings.Join(initial, ",")
+		cfg.InitialClusterToken = fmt.Sprintf("etcdtest-%s", addrs[0].peer.Port())
+		cfg.ClusterState = embed.ClusterStateFlagNew
+		cfg.LogLevel = "error"
+		cfg.TickMs, cfg.ElectionMs = 20, 200 // loopback: elect a leader quickly
+		if opts.MaxTxnOps > 0 {
+			cfg.MaxTxnOps = opts.MaxTxnOps
+		}
+		if opts.MaxRequestBytes > 0 {
+			cfg.MaxRequestBytes = opts.MaxRequestBytes
+		}
+		if opts.QuotaBackendBytes > 0 {
+			cfg.QuotaBackendBytes = opts.QuotaBackendBytes
+		}
+		c.Endpoints = append(c.Endpoints, addrs[i].client.String())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.members[i], errs[i] = embed.StartEtcd(cfg)
+		}()
+	}
+	wg.Wait()
+	tb.Cleanup(c.stopAll)
+	for i, err := range errs {
+		if err != nil {
+			tb.Fatalf("etcdtest: start member %d: %v", i, err)
+		}
+	}
+	for i, m := range c.members {
+		select {
+		case <-m.Server.ReadyNotify():
+		case err := <-m.Err():
+			tb.Fatalf("etcdtest: member %d failed: %v", i, err)
+		case <-time.After(60 * time.Second):
+			tb.Fatalf("etcdtest: member %d not ready after 60 s", i)
+		}
+	}
+	return c
+}
+
+// Stop stops member i, as a crash would for its clients.
+func (c *Cluster) Stop(i int) {
+	if !c.stopped[i] {
+		c.stopped[i] = true
+		c.members[i].Close()
+	}
+}
+
+func (c *Cluster) stopAll() {
+	for i, m := range c.members {
+		if m != nil {
+			c.Stop(i)
+		}
+	}
+}
+
+// NewStore opens an etcdkv store on c under a fresh key prefix, closed when
+// tb ends. Zero fields of opts get etcdkv's defaults; Prefix is replaced.
+func (c *Cluster) NewStore(tb testing.TB, opts etcdkv.Options) kv.Store {
+	tb.Helper()
+	opts.Prefix = fmt.Sprintf("/etcdtest/%d/", c.prefixes.Add(1))
+	s, err := etcdkv.Open(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 10 * time.Second}, opts)
+	if err != nil {
+		tb.Fatalf("etcdtest: %v", err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}

@@ -1,0 +1,255 @@
+package etcdtest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv/etcdtest"
+)
+
+var ctx = context.Background()
+
+func fill(t *testing.T, s kv.Store, prefix string, n int) {
+	t.Helper()
+	for i := 0; i < n; i += 100 {
+		err := s.Update(ctx, func(tx kv.Txn) error {
+			for j := i; j < min(i+100, n); j++ {
+				if err := tx.Set(fmt.Appendf(nil, "%s%04d", prefix, j), []byte("v")); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLimits: etcd's per-transaction limits surface as kv.ErrTxnTooBig,
+// before anything is sent where the store can tell, and nothing is applied.
+func TestLimits(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	s := c.NewStore(t, etcdkv.Options{})
+	count := func(prefix string) int {
+		n := 0
+		s.View(ctx, func(tx kv.Txn) error {
+			return tx.Iterate([]byte(prefix), nil, true, func(k, v []byte) (bool, error) { n++; return true, nil })
+		})
+		return n
+	}
+	t.Run("Ops", func(t *testing.T) {
+		writes := func(n int) error {
+			return s.Update(ctx, func(tx kv.Txn) error {
+				for i := 0; i < n; i++ {
+					if err := tx.Set(fmt.Appendf(nil, "ops%d/%04d", n, i), []byte("v")); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		if err := writes(128); err != nil {
+			t.Fatalf("128 writes, the server's limit: %v", err)
+		}
+		if err := writes(129); !errors.Is(err, kv.ErrTxnTooBig) {
+			t.Fatalf("129 writes: %v, want ErrTxnTooBig", err)
+		}
+		if n := count("ops129/"); n != 0 {
+			t.Errorf("a refused transaction stored %d keys", n)
+		}
+	})
+	t.Run("Bytes", func(t *testing.T) {
+		err := s.Update(ctx, func(tx kv.Txn) error {
+			if err := tx.Set([]byte("bytes/1"), make([]byte, 1<<20)); err != nil {
+				return err
+			}
+			return tx.Set([]byte("bytes/2"), make([]byte, 1<<20))
+		})
+		if !errors.Is(err, kv.ErrTxnTooBig) {
+			t.Fatalf("2 MiB of values: %v, want ErrTxnTooBig", err)
+		}
+		if n := count("bytes/"); n != 0 {
+			t.Errorf("a refused transaction stored %d keys", n)
+		}
+	})
+	t.Run("Reads", func(t *testing.T) {
+		fill(t, s, "reads/", 200)
+		// Reading 200 keys needs 200 compares: too many for one commit.
+		err := s.Update(ctx, func(tx kv.Txn) error {
+			err := tx.Iterate([]byte("reads/"), nil, true, func(k, v []byte) (bool, error) { return true, nil })
+			if err != nil {
+				return err
+			}
+			return tx.Set([]byte("reads-out"), []byte("x"))
+		})
+		if !errors.Is(err, kv.ErrTxnTooBig) {
+			t.Fatalf("an Update reading 200 keys: %v, want ErrTxnTooBig", err)
+		}
+		// Without writes, nothing is committed and nothing is checked.
+		err = s.Update(ctx, func(tx kv.Txn) error {
+			return tx.Iterate([]byte("reads/"), nil, true, func(k, v []byte) (bool, error) { return true, nil })
+		})
+		if err != nil {
+			t.Fatalf("a read-only Update of 200 keys: %v", err)
+		}
+	})
+	t.Run("ServerLowerThanOptions", func(t *testing.T) {
+		// A store told the server takes 256 operations learns otherwise
+		// from the server, and reports the same error.
+		s2 := c.NewStore(t, etcdkv.Options{MaxTxnOps: 256})
+		err := s2.Update(ctx, func(tx kv.Txn) error {
+			for i := 0; i < 200; i++ {
+				if err := tx.Set(fmt.Appendf(nil, "srv/%04d", i), []byte("v")); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if !errors.Is(err, kv.ErrTxnTooBig) {
+			t.Fatalf("200 writes to a server taking 128: %v, want ErrTxnTooBig", err)
+		}
+	})
+}
+
+// TestPhantomConflicts: unlike the contract's minimum, a key inserted into
+// a range an Update iterated makes it retry.
+func TestPhantomConflicts(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 1})
+	s := c.NewStore(t, etcdkv.Options{})
+	fill(t, s, "p/", 3)
+	for _, tc := range []struct {
+		name, insert string
+		stopEarly    bool
+		wantAttempts int
+	}{
+		{"InsideRange", "p/0001a", false, 2},
+		{"AfterEarlyStop", "p/0002a", true, 1}, // beyond what was read
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			attempts := 0
+			err := s.Update(ctx, func(tx kv.Txn) error {
+				attempts++
+				n := 0
+				err := tx.Iterate([]byte("p/"), nil, true, func(k, v []byte) (bool, error) {
+					n++
+					return !tc.stopEarly || n < 2, nil
+				})
+				if err != nil {
+					return err
+				}
+				if attempts == 1 {
+					if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(tc.insert), nil) }); err != nil {
+						return err
+					}
+				}
+				return tx.Set([]byte("count"), fmt.Append(nil, n))
+			})
+			if err != nil || attempts != tc.wantAttempts {
+				t.Fatalf("%v after %d attempts, want %d", err, attempts, tc.wantAttempts)
+			}
+		})
+	}
+}
+
+// TestCompacted: a snapshot older than the cluster's compacted history
+// fails with ErrCompacted; an Update caught by a compaction starts over.
+func TestCompacted(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 1})
+	s := c.NewStore(t, etcdkv.Options{})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	compact := func() {
+		resp, err := cli.Get(ctx, "any")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill(t, s, "c/", 2)
+	snap := s.NewSnapshot()
+	defer snap.Discard()
+	fill(t, s, "d/", 1) // a newer revision to compact up to
+	compact()
+	if _, err := snap.Get([]byte("c/0000")); !errors.Is(err, etcdkv.ErrCompacted) {
+		t.Fatalf("read of a compacted snapshot: %v, want ErrCompacted", err)
+	}
+	attempts := 0
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		attempts++
+		if attempts == 1 {
+			fill(t, s, "e/", 1)
+			compact()
+		}
+		v, err := tx.Get([]byte("c/0001"))
+		if err != nil {
+			return err
+		}
+		return tx.Set([]byte("out"), v)
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("Update caught by a compaction: %v after %d attempts, want success after 2", err, attempts)
+	}
+}
+
+// TestMemberLoss: with one member of three down the store goes on; with
+// two down a commit fails with ErrUnknownOutcome (it was sent, and no
+// answer came) and nothing hangs past the request timeout.
+func TestMemberLoss(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	s := c.NewStore(t, etcdkv.Options{RequestTimeout: 2 * time.Second})
+	fill(t, s, "m/", 10)
+	c.Stop(0)
+	fill(t, s, "n/", 10)
+	err := s.View(ctx, func(tx kv.Txn) error {
+		_, err := tx.Get([]byte("n/0009"))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("read with one member of three down: %v", err)
+	}
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		if _, err := tx.Get([]byte("m/0001")); err != nil {
+			return err
+		}
+		c.Stop(1) // the cluster loses its quorum before the commit
+		return tx.Set([]byte("m/0001"), []byte("lost?"))
+	})
+	if !errors.Is(err, kv.ErrUnknownOutcome) {
+		t.Fatalf("commit without quorum: %v, want ErrUnknownOutcome", err)
+	}
+	if err := s.View(ctx, func(kv.Txn) error { return nil }); err == nil {
+		t.Fatal("View without quorum succeeded")
+	}
+}
+
+// TestNoSpace: a cluster over its backend quota refuses writes with
+// kv.ErrNoSpace; reads go on.
+func TestNoSpace(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 1, QuotaBackendBytes: 4 << 20})
+	s := c.NewStore(t, etcdkv.Options{})
+	val := make([]byte, 512<<10)
+	var err error
+	i := 0
+	for ; i < 64 && err == nil; i++ {
+		err = s.Update(ctx, func(tx kv.Txn) error { return tx.Set(fmt.Appendf(nil, "q/%d", i), val) })
+	}
+	if !errors.Is(err, kv.ErrNoSpace) {
+		t.Fatalf("after %d writes of 512 KiB to a 4 MiB quota: %v, want ErrNoSpace", i, err)
+	}
+	if err := s.View(ctx, func(tx kv.Txn) error { _, err := tx.Get([]byte("q/0")); return err }); err != nil {
+		t.Fatalf("read from a full cluster: %v", err)
+	}
+}
