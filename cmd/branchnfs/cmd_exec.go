@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -220,7 +221,12 @@ func runExec(ctx context.Context, o *execOptions) error {
 		return err
 	}
 	if o.JSON {
-		if err := writeJSON(o.stdout, rec); err != nil {
+		// One line, the last of stdout, after the command's own output.
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		if _, err := o.stdout.Write(append(b, '\n')); err != nil {
 			return err
 		}
 	} else {
@@ -234,7 +240,6 @@ func runExec(ctx context.Context, o *execOptions) error {
 	}
 	return nil
 }
-
 
 // describe is a one-line account of a record.
 func describe(r runner.Record) string {
