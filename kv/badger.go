@@ -25,9 +25,13 @@ type BadgerOptions struct {
 	// transaction of many blocks stays far from Badger's size limit.
 	ValueThreshold int64
 	// MemTableSize and NumMemtables bound write buffering (2 memtables of
-	// an eighth of the reserve, between 16 and 64 MiB: 64 MiB with the
+	// an eighth of the reserve, between 8 and 16 MiB: 16 MiB with the
 	// default reserve). The reserve must cover the memtables waiting for
-	// their flush and the compaction after it.
+	// their flush and the compaction after it. Each memtable is a Go heap
+	// arena of about 1.3 times its size that becomes resident as it fills,
+	// so larger memtables make the server's memory grow for longer; data
+	// blocks go to the value log, so memtables hold metadata only and
+	// 16 MiB of it is thousands of transactions.
 	MemTableSize int64
 	NumMemtables int
 	// BlockCacheSize and IndexCacheSize (32 MiB each).
@@ -59,7 +63,7 @@ func (o *BadgerOptions) EnsureDefaults() {
 		o.Reserve = DefaultReserve
 	}
 	if o.MemTableSize <= 0 {
-		o.MemTableSize = min(max(o.Reserve/8, 16<<20), 64<<20)
+		o.MemTableSize = min(max(o.Reserve/8, 8<<20), 16<<20)
 	}
 	if o.NumMemtables <= 0 {
 		o.NumMemtables = 2
