@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -213,6 +214,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 			if m := mounted.Load(); m != nil {
 				st.Mount = *m
 			}
+			st.HeapLive = heapLive()
 			return st
 		},
 		Logger: logger,
@@ -324,4 +326,14 @@ func mountPointHint(goos, name string) string {
 		return "~/.branchnfs/mnt/" + name // outside TCC-protected folders
 	}
 	return "/mnt/branchnfs/" + name
+}
+
+// heapLive returns the bytes of Go heap the last garbage collection kept.
+func heapLive() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return int64(s[0].Value.Uint64())
 }

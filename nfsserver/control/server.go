@@ -64,6 +64,9 @@ type Status struct {
 	// NFS holds the NFS server's counters (connections, requests, errors,
 	// bytes, calls per procedure), as the server reports them.
 	NFS any `json:"nfs,omitempty"`
+	// HeapLive is the Go heap the last garbage collection kept: the
+	// server's own memory, without the collector's slack.
+	HeapLive int64 `json:"heap_live_bytes,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/branches.

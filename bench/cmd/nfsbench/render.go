@@ -276,6 +276,30 @@ func renderMarkdown(r *Results) string {
 		p("\n")
 	}
 
+	// 6. Soak.
+	if len(r.Soak) > 0 {
+		p("## 6. Soak: fork → write 4 KiB over NFS → commit every 4th, else abort\n\n")
+		p("| rounds | live branches | RSS | anonymous / mmapped files | live Go heap | store on disk | p50 fork | p50 write | p50 commit | p50 abort |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		var ref *soakRow
+		for i, x := range r.Soak {
+			if ref == nil && x.Rounds >= 1000 {
+				ref = &r.Soak[i]
+			}
+			p("| %d | %d | %.1f MiB | %.1f / %.1f MiB | %.1f MiB | %.1f MiB | %s | %s | %s | %s |\n", x.Rounds, x.Live, mib(x.RSS),
+				mib(x.RssAnon), mib(x.RssFile), mib(x.HeapLive), mib(x.StoreBytes), us(x.ForkUS), us(x.WriteUS), us(x.CommitUS), us(x.AbortUS))
+		}
+		last := r.Soak[len(r.Soak)-1]
+		if ref != nil && last.Rounds > ref.Rounds {
+			grew := mib(last.RSS - ref.RSS)
+			ok := grew <= 20
+			if !ok {
+				missed = append(missed, fmt.Sprintf("soak: RSS grew %.1f MiB from %d to %d rounds (target ≤ 20 MiB)", grew, ref.Rounds, last.Rounds))
+			}
+			p("\nRSS after %d rounds minus RSS after %d: %.1f MiB (target ≤ 20 MiB): %s\n", last.Rounds, ref.Rounds, grew, verdict(ok))
+		}
+		p("\n")
+	}
+
 	p("## Targets missed\n\n")
 	if len(missed) == 0 && len(r.Errors) == 0 {
 		p("None.\n")

@@ -36,6 +36,8 @@ type suiteConfig struct {
 	BigRuns     int    `json:"big_runs"` // 100 MB commits per base
 	MaxCommit   int    `json:"max_commit_bytes"`
 	Sections    string `json:"sections"`
+	SoakRounds  int    `json:"soak_rounds,omitempty"`
+	SoakEvery   int    `json:"soak_every,omitempty"`
 }
 
 // Results is the JSON written to bench/results.
@@ -59,6 +61,7 @@ type Results struct {
 	Meta               []metaRow                           `json:"meta,omitempty"`
 	Storage            []branchops.GrowthResult            `json:"storage,omitempty"`
 	Memory             []memRow                            `json:"memory,omitempty"`
+	Soak               []soakRow                           `json:"soak,omitempty"`
 	Errors             []string                            `json:"errors,omitempty"`
 	Notes              []string                            `json:"notes,omitempty"`
 }
@@ -128,14 +131,19 @@ func runSuite(args []string) error {
 	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
 	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
 	commit := fs.String("commit", "unknown", "commit id for the result name")
-	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta (default all; --quick leaves out gotest)")
+	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,soak (default all but soak; --quick leaves out gotest)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	bases := fs.String("bases", "", "comma-separated base sizes (files) for branch operations (default 100,10000,100000; quick 100,1000)")
+	soakRounds := fs.Int("soak", 0, "soak section: rounds of fork, write 4 KiB over NFS, commit every 4th else abort (alone, it runs only this section)")
+	soakEvery := fs.Int("soak-every", 1000, "soak section: report every this many rounds")
 	fs.Parse(args)
+	if *soakRounds > 0 && *sections == "" {
+		*sections = "soak"
+	}
 
 	cfg := suiteConfig{Quick: *quick, Runs: *runs, SeqMiB: 256, ReqSize: 1 << 20, Conns: 4, Depth: 2,
 		MetaFiles: 10000, MetaWorkers: 4, Bases: []int{100, 10000, 100000}, OpRuns: 50, BigRuns: 5,
-		MaxCommit: 100e6, Sections: *sections}
+		MaxCommit: 100e6, Sections: *sections, SoakRounds: *soakRounds, SoakEvery: max(1, *soakEvery)}
 	if *quick {
 		cfg.SeqMiB, cfg.MetaFiles, cfg.Bases, cfg.OpRuns, cfg.BigRuns, cfg.MaxCommit = 16, 500, []int{100, 1000}, 20, 0, 1e6
 	}
@@ -195,6 +203,16 @@ func runSuite(args []string) error {
 	if s.sections["seq"] || s.sections["meta"] {
 		s.nfsWorkloads()
 	}
+	if s.sections["soak"] {
+		if s.bnfs == "" {
+			s.fail("soak", fmt.Errorf("needs --branchnfs"))
+		} else {
+			if s.cfg.SoakRounds <= 0 {
+				s.cfg.SoakRounds, s.res.Config.SoakRounds = 10000, 10000
+			}
+			s.soak(ctx)
+		}
+	}
 	s.res.Duration = time.Since(start).Seconds()
 	s.res.LoadEnd = loadavg()
 
@@ -207,6 +225,9 @@ func runSuite(args []string) error {
 		base := filepath.Join(*out, start.UTC().Format("2006-01-02")+"-"+*commit)
 		if *quick {
 			base += "-quick"
+		}
+		if s.cfg.Sections == "soak" || s.cfg.Sections == "latency" {
+			base += "-" + s.cfg.Sections
 		}
 		b, _ := json.MarshalIndent(s.res, "", "  ")
 		if err := os.WriteFile(base+".json", append(b, '\n'), 0o644); err != nil {
