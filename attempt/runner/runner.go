@@ -57,6 +57,34 @@ type Options struct {
 	// Env is the base environment of attempts (default os.Environ()).
 	Env    []string
 	Logger *slog.Logger
+	// Events, if set, is called for each step of each attempt, from the
+	// runner's goroutines (it must be safe for concurrent use and quick).
+	Events func(Event)
+}
+
+// Event is one step of an attempt. JSON field names are part of the API's
+// event stream.
+type Event struct {
+	Time    time.Time `json:"time"`
+	Kind    string    `json:"kind"` // started, ended, committed, aborted
+	Branch  string    `json:"branch"`
+	Attempt string    `json:"attempt"`
+	PID     int       `json:"pid,omitempty"`    // started
+	Record  *Record   `json:"record,omitempty"` // ended, committed, aborted
+}
+
+func (o *Options) emit(kind string, r *running) {
+	if o.Events == nil {
+		return
+	}
+	ev := Event{Time: time.Now().UTC(), Kind: kind, Branch: r.rec.Branch, Attempt: r.rec.Attempt}
+	if kind == "started" {
+		ev.PID = r.rec.Supervision.PID
+	} else {
+		rec := r.rec
+		ev.Record = &rec
+	}
+	o.Events(ev)
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -205,6 +233,7 @@ func (o *Options) startAttempt(branch, parent, id string, argv []string, score b
 	}
 	r.a = a
 	r.rec.Supervision = a.Info()
+	o.emit("started", r)
 	return r, nil
 }
 
@@ -259,6 +288,7 @@ func (o *Options) end(ctx context.Context, r *running) {
 		r.rec.fail(err)
 	}
 	r.finish()
+	o.emit("ended", r)
 }
 
 // settle waits for what an exited leader left running, up to the grace
@@ -269,6 +299,7 @@ func (o *Options) settle(ctx context.Context, r *running) bool {
 	select {
 	case <-r.a.Done():
 		r.finish()
+		o.emit("ended", r)
 		return false
 	case <-t.C:
 	case <-ctx.Done():
@@ -289,6 +320,7 @@ func (o *Options) commit(ctx context.Context, r *running) error {
 	}
 	r.rec.Commit = &res
 	r.rec.State = branches.StateCommitted
+	o.emit("committed", r)
 	return nil
 }
 
@@ -302,6 +334,7 @@ func (o *Options) abort(ctx context.Context, r *running) {
 		return
 	}
 	r.rec.State = branches.StateAborted
+	o.emit("aborted", r)
 }
 
 func (o *Options) diff(ctx context.Context, r *running) {

@@ -34,6 +34,8 @@ type serveOptions struct {
 	Ignore      []string
 	Reserve     string
 	Mount       string
+	// WorkdirRoot: testing only, see attemptOptions.WorkdirRoot.
+	WorkdirRoot string
 }
 
 func newServeCommand(g *globalOptions) *cobra.Command {
@@ -65,6 +67,8 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.LogLevel, "log-level", "info", "log level: debug, info, warn or error")
 	addIgnoreFlag(cmd, &o.Ignore)
 	cmd.Flags().StringVar(&o.Mount, "mount", "", "mount the export / at this directory, for exec, race and best-of (macOS: as you; Linux: as root or through an /etc/fstab \"user\" entry)")
+	cmd.Flags().StringVar(&o.WorkdirRoot, "workdir-root", "", "testing only: jobs run in DIR/BRANCH, a plain directory, instead of the mount")
+	cmd.Flags().MarkHidden("workdir-root")
 	cmd.Flags().StringVar(&o.Reserve, "reserve", "512MiB", "free space to keep on the store's disk: writes fail with ENOSPC before they would use it (0 disables the check; Badger then dies with SIGBUS on a full disk)")
 }
 
@@ -218,6 +222,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 			return st
 		},
 		Logger: logger,
+		Runner: jobRunner(o, s.mgr, dir, &mounted, logger),
 	})
 	if err != nil {
 		ln.Close()

@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
+
+	"github.com/branchnfs/branchnfs/attempt/runner"
 )
 
 // serveMount mounts the export / of the server on port at dir with the OS's
@@ -36,4 +39,33 @@ func serveMount(ctx context.Context, dir, host string, port int, logger *slog.Lo
 			logger.Warn("cannot unmount the export /", "dir", abs, "err", err)
 		}
 	}
+}
+
+// jobRunner is how the server runs the attempts of API jobs: in the mount
+// it made (serve --mount), or nil when it makes none.
+func jobRunner(o *serveOptions, mgr runner.Backend, store string, mounted *atomic.Pointer[string], logger *slog.Logger) *runner.Options {
+	if o.Mount == "" && o.WorkdirRoot == "" {
+		return nil
+	}
+	ro := &runner.Options{Backend: mgr, Store: store, Logger: logger}
+	logDir := filepath.Join(store, "attempts")
+	if err := os.MkdirAll(logDir, 0o700); err == nil {
+		ro.LogDir = logDir
+	}
+	if o.WorkdirRoot != "" {
+		root, _ := filepath.Abs(o.WorkdirRoot)
+		ro.Workdir = func(branch string) (string, error) {
+			d := filepath.Join(root, branch)
+			return d, os.MkdirAll(d, 0o755)
+		}
+		return ro
+	}
+	ro.Workdir = func(branch string) (string, error) {
+		m := mounted.Load()
+		if m == nil || *m == "" {
+			return "", fmt.Errorf("%w: the server could not mount the export / at %s (see its log)", errMountFailed, o.Mount)
+		}
+		return branchDir(*m, branch)
+	}
+	return ro
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/branchnfs/branchnfs/attempt/runner"
 	"github.com/branchnfs/branchnfs/branches"
 )
 
@@ -103,12 +104,16 @@ type ServerOptions struct {
 	// the live branch count.
 	Status func() Status
 	Logger *slog.Logger
+	// Runner runs the attempts of the jobs API (jobs.go); nil: the server
+	// runs none. Its Events field is set per job.
+	Runner *runner.Options
 }
 
 // Server serves the control API.
 type Server struct {
 	opts ServerOptions // read only
 	hs   *http.Server
+	jobs *jobs
 }
 
 // NewServer returns a Server for opts.
@@ -119,7 +124,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Server{opts: opts}
+	s := &Server{opts: opts, jobs: newJobs()}
 	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	return s, nil
 }
@@ -163,8 +168,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// Close stops serving, waiting up to 5 s for requests in flight.
+// Close stops serving, waiting up to 5 s for requests in flight, and
+// ends every job (fence, kill, wait for the trees).
 func (s *Server) Close() error {
+	// Cancel jobs first: their long polls and event streams then end.
+	s.jobs.cancel()
+	defer s.jobs.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return s.hs.Shutdown(ctx)
@@ -182,6 +191,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/branches/{name}/abort", s.abort)
 	mux.HandleFunc("POST /v1/branches/{name}/checkpoints", s.checkpoint)
 	mux.HandleFunc("POST /v1/branches/{name}/restore", s.restore)
+	s.jobRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: errorDetail{
 			Code: CodeBadRequest, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)}})
