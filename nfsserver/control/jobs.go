@@ -193,7 +193,9 @@ func (s *Server) checkJob(ctx context.Context, req JobRequest) (func(context.Con
 			return nil, err
 		}
 		spec := runner.BestOfSpec{Parent: req.Parent, N: req.N, Argv: req.Argv, ScoreCmd: req.ScoreCmd, Keep: req.Keep, NoCommit: req.NoCommit}
-		return func(ctx context.Context, o runner.Options) ([]runner.Record, error) { return runner.BestOf(ctx, o, spec) }, nil
+		return func(ctx context.Context, o runner.Options) ([]runner.Record, error) {
+			return runner.BestOf(ctx, o, spec)
+		}, nil
 	}
 	return nil, bad("job kind %q: want exec, race or best_of", req.Kind)
 }
@@ -372,4 +374,3 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
-

@@ -1,0 +1,285 @@
+"""The control-socket client: Workspace and Branch."""
+
+import http.client
+import json
+import os
+import socket
+import sys
+from urllib.parse import quote
+
+from .errors import BranchnfsError, NoServer, NotFound, error_for
+
+__all__ = ["Workspace", "Branch", "default_store"]
+
+SOCKET_NAME = "control.sock"
+
+# A long poll asks the server to hold the answer this long (seconds).
+_POLL = 30
+
+
+def default_store():
+    """The store directory: $BRANCHNFS_STORE, else the per-user default of
+    branchnfs (as the CLI finds it)."""
+    d = os.environ.get("BRANCHNFS_STORE")
+    if d:
+        return os.path.abspath(d)
+    if sys.platform == "darwin":
+        return os.path.expanduser("~/Library/Application Support/branchnfs")
+    xdg = os.environ.get("XDG_DATA_HOME")
+    if xdg and os.path.isabs(xdg):
+        return os.path.join(xdg, "branchnfs")
+    return os.path.expanduser("~/.local/share/branchnfs")
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("branchnfs", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s
+
+
+def _seconds_ms(s):
+    if s is None:
+        return None
+    return int(s * 1000)
+
+
+class Workspace:
+    """A branchnfs store, reached through its server's control socket."""
+
+    def __init__(self, store, timeout=30.0):
+        self.store = store
+        self.socket = os.path.join(store, SOCKET_NAME)
+        self.timeout = timeout
+
+    @classmethod
+    def connect(cls, store=None, timeout=30.0):
+        """Connect to the server of store (default: default_store()). Raises
+        NoServer when none answers."""
+        ws = cls(os.path.abspath(store) if store else default_store(), timeout)
+        ws.status()
+        return ws
+
+    # -- transport
+
+    def _request(self, method, path, body=None, timeout=None):
+        conn = _UnixConnection(self.socket, timeout or self.timeout)
+        try:
+            data = None
+            headers = {}
+            if body is not None:
+                data = json.dumps(body).encode()
+                headers["Content-Type"] = "application/json"
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                raise NoServer("no branchnfs server answers on %s (%s): start one with `branchnfs serve`"
+                               % (self.socket, e)) from None
+            except PermissionError as e:
+                raise NoServer("%s: %s (the control socket is only open to the store's owner)"
+                               % (self.socket, e)) from None
+            try:
+                out = json.loads(raw) if raw else None
+            except ValueError:
+                out = None
+            if resp.status // 100 != 2:
+                if out is None:
+                    raise BranchnfsError("HTTP %d: %s" % (resp.status, raw[:200]), resp.status)
+                raise error_for(resp.status, out)
+            return out
+        finally:
+            conn.close()
+
+    # -- branches
+
+    def status(self):
+        """The server's status (version, port, mount, ...)."""
+        return self._request("GET", "/v1/status")
+
+    def list(self):
+        """Every branch the store knows, as dicts (see the CLI's list --json)."""
+        return self._request("GET", "/v1/branches")
+
+    def get(self, name):
+        return self._request("GET", "/v1/branches/" + quote(name, safe=""))
+
+    def fork(self, parent, name, checkpoint=None):
+        """Fork parent (or its checkpoint) into a new branch name."""
+        body = {"parent": parent, "name": name}
+        if checkpoint:
+            body["checkpoint"] = checkpoint
+        return self._request("POST", "/v1/branches", body)
+
+    def commit(self, name):
+        """Commit name into its parent; its live siblings are invalidated."""
+        return self._request("POST", "/v1/branches/%s/commit" % quote(name, safe=""))
+
+    def abort(self, name):
+        return self._request("POST", "/v1/branches/%s/abort" % quote(name, safe=""))
+
+    def checkpoint(self, name, label):
+        return self._request("POST", "/v1/branches/%s/checkpoints" % quote(name, safe=""), {"label": label})
+
+    def restore(self, name, label):
+        return self._request("POST", "/v1/branches/%s/restore" % quote(name, safe=""), {"label": label})
+
+    def diff(self, name):
+        return self._request("GET", "/v1/branches/%s/diff" % quote(name, safe=""))
+
+    def branch(self, name, parent="main"):
+        """A Branch to use as a context manager: forked from parent on
+        entry, committed when the block ends normally, aborted when it
+        raises."""
+        return Branch(self, name, parent)
+
+    @property
+    def mount(self):
+        """Where the server mounted the export / (serve --mount), or None."""
+        return self.status().get("mount") or None
+
+    # -- jobs: attempts the server supervises
+
+    def start_job(self, kind, timeout=None, grace=None, **fields):
+        """Start a job (kind exec, race or best_of); returns it at once.
+        timeout and grace are in seconds; timeout -1 means no bound (the
+        server's default is one hour)."""
+        body = {"kind": kind}
+        body.update({k: v for k, v in fields.items() if v is not None})
+        if timeout is not None:
+            body["timeout_ms"] = -1 if timeout < 0 else max(1, _seconds_ms(timeout))
+        if grace is not None:
+            body["grace_ms"] = max(1, _seconds_ms(grace))
+        return self._request("POST", "/v1/jobs", body)
+
+    def job(self, job_id, wait=None):
+        """The job; with wait (seconds), the server holds the answer until
+        the job ends or wait passes."""
+        path = "/v1/jobs/" + quote(job_id, safe="")
+        if wait is None:
+            return self._request("GET", path)
+        return self._request("GET", "%s?wait=%g" % (path, wait), timeout=wait + self.timeout)
+
+    def wait_job(self, job_id):
+        """Wait until the job ends; Ctrl-C cancels it (its attempts are
+        fenced and killed) and re-raises."""
+        try:
+            while True:
+                j = self.job(job_id, wait=_POLL)
+                if j["state"] != "running":
+                    break
+        except KeyboardInterrupt:
+            self.cancel_job(job_id)
+            raise
+        if j["state"] == "failed":
+            err = j.get("error") or {}
+            raise error_for(400, {"error": err})
+        return j
+
+    def cancel_job(self, job_id):
+        """End a job: its running attempts are fenced, then killed."""
+        return self._request("DELETE", "/v1/jobs/" + quote(job_id, safe=""), timeout=None)
+
+    def jobs(self):
+        return self._request("GET", "/v1/jobs")
+
+    def events(self, job_id):
+        """Yield the job's events (dicts) as they happen, until its end
+        (an event of kind "done" carrying the job)."""
+        conn = _UnixConnection(self.socket, None)
+        try:
+            conn.request("GET", "/v1/jobs/%s/events" % quote(job_id, safe=""))
+            resp = conn.getresponse()
+            if resp.status // 100 != 2:
+                raise error_for(resp.status, json.loads(resp.read() or b"{}"))
+            for line in resp:
+                line = line.strip()
+                if line:
+                    yield json.loads(line)
+        finally:
+            conn.close()
+
+    def run(self, branch, argv, timeout=None, on_exit="keep", grace=None):
+        """Run argv in branch, supervised by the server, and return its
+        record (exit_code, signal, state, killed_by, diff, ...)."""
+        j = self.start_job("exec", branch=branch, argv=list(argv), on_exit=on_exit, timeout=timeout, grace=grace)
+        return self.wait_job(j["id"])["records"][0]
+
+    def race(self, parent, cmds=None, argv=None, n=None, check=None, timeout=None, grace=None):
+        """Race attempts in children of parent: cmds (a list of argv), or n
+        copies of argv. The first to exit 0 (and pass check) commits; the
+        others are killed and aborted. Returns one record per attempt."""
+        j = self.start_job("race", parent=parent, cmds=cmds, argv=list(argv) if argv else None, n=n,
+                           check=list(check) if check else None, timeout=timeout, grace=grace)
+        return self.wait_job(j["id"])["records"]
+
+    def best_of(self, parent, n, argv, score_cmd=None, keep=0, no_commit=False, timeout=None, grace=None):
+        """Run n attempts of argv to their end, score them (score_cmd's
+        output, else what each wrote to fd 3, else its exit status) and
+        commit the best, unless no_commit; keep > 0 keeps the best keep
+        live instead. Returns one record per attempt."""
+        j = self.start_job("best_of", parent=parent, n=n, argv=list(argv),
+                           score_cmd=list(score_cmd) if score_cmd else None,
+                           keep=keep or None, no_commit=no_commit or None, timeout=timeout, grace=grace)
+        return self.wait_job(j["id"])["records"]
+
+
+class Branch:
+    """A branch of a Workspace; a context manager that forks on entry and
+    commits (or, on an exception, aborts) on exit."""
+
+    def __init__(self, ws, name, parent="main"):
+        self.ws = ws
+        self.name = name
+        self.parent = parent
+        self.info = None
+
+    def __enter__(self):
+        self.info = self.ws.fork(self.parent, self.name)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            state = self.ws.get(self.name).get("state")
+        except NotFound:
+            return False  # committed or aborted inside the block
+        if state != "live":
+            return False
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+        return False
+
+    @property
+    def path(self):
+        """The branch's directory in the server's mount of /, or None."""
+        m = self.ws.mount
+        return os.path.join(m, self.name) if m else None
+
+    def run(self, argv, timeout=None, grace=None):
+        """Run argv in this branch (its working directory is path),
+        supervised by the server; returns the record. The branch stays
+        live: the context manager decides."""
+        return self.ws.run(self.name, argv, timeout=timeout, on_exit="keep", grace=grace)
+
+    def commit(self):
+        return self.ws.commit(self.name)
+
+    def abort(self):
+        return self.ws.abort(self.name)
+
+    def diff(self):
+        return self.ws.diff(self.name)
+
+    def checkpoint(self, label):
+        return self.ws.checkpoint(self.name, label)
+
+    def restore(self, label):
+        return self.ws.restore(self.name, label)

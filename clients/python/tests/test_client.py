@@ -1,0 +1,146 @@
+"""Tests of the branchnfs client against a real server.
+
+They need a running `branchnfs serve` whose store is $BRANCHNFS_STORE, and
+that runs jobs (serve --mount, or the test-only --workdir-root). The Go test
+tests/e2e/python_test.go starts one and runs them as a regular user.
+"""
+
+import os
+import unittest
+import uuid
+
+import branchnfs
+
+
+def sh(script):
+    return ["/bin/sh", "-c", script]
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.ws = branchnfs.Workspace.connect()
+
+    def name(self):
+        return "py-" + uuid.uuid4().hex[:8]
+
+    def test_status_and_list(self):
+        st = self.ws.status()
+        self.assertIn("version", st)
+        names = [b["name"] for b in self.ws.list()]
+        self.assertIn("main", names)
+
+    def test_fork_diff_commit(self):
+        n = self.name()
+        info = self.ws.fork("main", n)
+        self.assertEqual(info["name"], n)
+        self.assertEqual(info["export"], "/" + n)
+        self.assertEqual(self.ws.diff(n)["changes"], [])
+        res = self.ws.commit(n)
+        self.assertEqual(res["parent"], "main")
+        with self.assertRaises(branchnfs.NotFound):
+            self.ws.get(n)
+
+    def test_errors_carry_codes(self):
+        n = self.name()
+        self.ws.fork("main", n)
+        with self.assertRaises(branchnfs.Exists) as cm:
+            self.ws.fork("main", n)
+        self.assertEqual(cm.exception.code, "exists")
+        self.assertEqual(cm.exception.status, 409)
+        with self.assertRaises(branchnfs.InvalidName):
+            self.ws.fork("main", "no/slash")
+        with self.assertRaises(branchnfs.NotFound):
+            self.ws.commit("nosuch-" + n)
+        with self.assertRaises(branchnfs.ReadOnly):
+            self.ws.commit("main")
+        self.ws.abort(n)
+
+    def test_sibling_invalidated(self):
+        p = self.name()
+        self.ws.fork("main", p)
+        a, b = p + "-a", p + "-b"
+        self.ws.fork(p, a)
+        self.ws.fork(p, b)
+        with self.assertRaises(branchnfs.HasChildren) as cm:
+            self.ws.commit(p)
+        self.assertEqual(sorted(cm.exception.children), [a, b])
+        self.assertEqual(self.ws.commit(a)["invalidated"], [b])
+        with self.assertRaises(branchnfs.Invalidated) as cm:
+            self.ws.commit(b)
+        self.assertIn("commit of " + a, cm.exception.invalidated_by)
+        self.ws.abort(b)
+        self.ws.abort(p)
+
+    def test_branch_context_commits_on_success(self):
+        n = self.name()
+        with self.ws.branch(n) as b:
+            self.assertEqual(self.ws.get(n)["state"], "live")
+            rec = b.run(sh("exit 0"))
+            self.assertEqual(rec["exit_code"], 0)
+        with self.assertRaises(branchnfs.NotFound):
+            self.ws.get(n)
+        committed = [x for x in self.ws.list() if x["name"] == n]
+        self.assertEqual([x["state"] for x in committed], ["committed"])
+
+    def test_branch_context_aborts_on_exception(self):
+        n = self.name()
+        with self.assertRaises(ZeroDivisionError):
+            with self.ws.branch(n):
+                1 / 0
+        states = [x["state"] for x in self.ws.list() if x["name"] == n]
+        self.assertEqual(states, ["aborted"])
+
+    def test_run_exit_status_and_timeout(self):
+        n = self.name()
+        self.ws.fork("main", n)
+        rec = self.ws.run(n, sh('test "$BRANCHNFS_BRANCH" = %s && exit 3' % n))
+        self.assertEqual((rec["exit_code"], rec["state"]), (3, "live"))
+        rec = self.ws.run(n, ["sleep", "1000"], timeout=0.2, grace=0.05)
+        self.assertEqual(rec["killed_by"], "timeout")
+        self.assertEqual(rec["signal"], 15)
+        self.assertEqual(rec["state"], "aborted")
+
+    def test_checkpoint_restore(self):
+        n = self.name()
+        self.ws.fork("main", n)
+        cp = self.ws.checkpoint(n, "cp1")
+        self.assertEqual(cp["label"], "cp1")
+        self.assertEqual(self.ws.restore(n, "cp1"), {"branch": n, "label": "cp1"})
+        with self.assertRaises(branchnfs.NotFound):
+            self.ws.restore(n, "nosuch")
+        self.ws.abort(n)
+
+    def test_race(self):
+        p = self.name()
+        self.ws.fork("main", p)
+        recs = self.ws.race(p, cmds=[sh("exit 1"), sh("true"), ["sleep", "1000"]], grace=0.1)
+        self.assertEqual([r["state"] for r in recs], ["aborted", "committed", "aborted"])
+        self.assertEqual(recs[2]["killed_by"], "sibling")
+        self.ws.abort(p)
+
+    def test_best_of(self):
+        p = self.name()
+        self.ws.fork("main", p)
+        recs = self.ws.best_of(p, 3, sh('echo "${BRANCHNFS_BRANCH##*-}" >&3'))
+        self.assertEqual([r["score"] for r in recs], [0, 1, 2])
+        self.assertEqual([r["state"] for r in recs], ["aborted", "aborted", "committed"])
+        self.ws.abort(p)
+
+    def test_events(self):
+        p = self.name()
+        self.ws.fork("main", p)
+        job = self.ws.start_job("race", parent=p, cmds=[sh("true"), sh("true")])
+        kinds = [ev["kind"] for ev in self.ws.events(job["id"])]
+        self.assertEqual(kinds.count("started"), 2)
+        self.assertEqual(kinds[-1], "done")
+        self.assertEqual(self.ws.job(job["id"])["state"], "done")
+        self.ws.abort(p)
+
+    def test_no_server(self):
+        with self.assertRaises(branchnfs.NoServer):
+            branchnfs.Workspace.connect(store="/nonexistent-branchnfs-store")
+
+
+if __name__ == "__main__":
+    unittest.main()
