@@ -2,7 +2,6 @@ package branches
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"slices"
 
@@ -98,9 +97,9 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 	m.mu.RUnlock()
 	err = m.store.Update(ctx, func(tx kv.Txn) error {
 		var above []cowfs.LayerID
-		err := tx.Iterate([]byte{'L'}, nil, false, func(k, v []byte) (bool, error) {
-			if len(v) >= 8 && cowfs.LayerID(binary.BigEndian.Uint64(v)) == x {
-				above = append(above, cowfs.LayerID(binary.BigEndian.Uint64(k[1:])))
+		err := cowfs.EachLayer(tx, false, func(l, below cowfs.LayerID) (bool, error) {
+			if below == x {
+				above = append(above, l)
 			}
 			return true, nil
 		})
@@ -187,10 +186,8 @@ func (m *Manager) foldCandidate(ctx context.Context) (x, y cowfs.LayerID, ok boo
 		return 0, 0, false, nil
 	}
 	err = m.store.View(ctx, func(tx kv.Txn) error {
-		err := tx.Iterate([]byte{'L'}, nil, false, func(k, v []byte) (bool, error) {
-			if len(v) >= 8 {
-				refs[cowfs.LayerID(binary.BigEndian.Uint64(v))]++
-			}
+		err := cowfs.EachLayer(tx, false, func(_, below cowfs.LayerID) (bool, error) {
+			refs[below]++
 			return true, nil
 		})
 		if err != nil {

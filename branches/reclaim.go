@@ -2,7 +2,6 @@ package branches
 
 import (
 	"context"
-	"encoding/binary"
 	"time"
 
 	"github.com/branchnfs/branchnfs/cowfs"
@@ -123,8 +122,7 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 		if err != nil {
 			return err
 		}
-		return tx.Iterate([]byte{'L'}, nil, true, func(k, _ []byte) (bool, error) {
-			l := cowfs.LayerID(binary.BigEndian.Uint64(k[1:]))
+		return cowfs.EachLayer(tx, true, func(l, _ cowfs.LayerID) (bool, error) {
 			if !live[l] {
 				garbage = append(garbage, l)
 			}

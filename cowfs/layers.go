@@ -54,6 +54,22 @@ func (a *Allocator) NewLayerID(ctx context.Context) (LayerID, error) {
 	return LayerID(v), err
 }
 
+// EachLayer calls fn with every layer of the store and the layer below it
+// (0 for a bottom layer), in layer order, until fn returns false or an
+// error. With keysOnly, below is not read and fn gets 0 for it.
+func EachLayer(tx kv.Txn, keysOnly bool, fn func(l, below LayerID) (bool, error)) error {
+	return tx.Iterate([]byte{pfxLayer}, nil, keysOnly, func(k, v []byte) (bool, error) {
+		if len(k) != 9 || !keysOnly && len(v) < 8 {
+			return false, errCorrupt
+		}
+		var below LayerID
+		if !keysOnly {
+			below = LayerID(binary.BigEndian.Uint64(v))
+		}
+		return fn(LayerID(binary.BigEndian.Uint64(k[1:])), below)
+	})
+}
+
 // PutLayer records layer l over below, inside the caller's transaction.
 func PutLayer(tx kv.Txn, l, below LayerID) error {
 	return tx.Set(layerKey(l), encodeLayer(below))
