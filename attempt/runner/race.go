@@ -144,6 +144,16 @@ func Race(ctx context.Context, o Options, spec RaceSpec) ([]Record, error) {
 		if winner >= 0 {
 			r.rec.State = branches.StateInvalidated
 		}
+		select {
+		case <-r.a.Exited():
+			// It ended on its own before the race was decided (its exit
+			// was not handled yet): not killed, but what it left running
+			// is ended.
+			wg.Add(1)
+			go func() { defer wg.Done(); o.settle(ctx, r) }()
+			continue
+		default:
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
