@@ -44,6 +44,10 @@ type Options struct {
 	// FoldDepth: stacks deeper than this are folded in the background
 	// (default 8).
 	FoldDepth int
+	// GCAfterSwept: once the reclaimer's sweeps deleted this many bytes of
+	// blocks, it gives their disk space back (see GC; default 256 MiB,
+	// negative never).
+	GCAfterSwept int64
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 	// RootUID and RootGID own main's root directory when it is created.
@@ -60,6 +64,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.FoldDepth <= 0 {
 		o.FoldDepth = 8
+	}
+	if o.GCAfterSwept == 0 {
+		o.GCAfterSwept = 256 << 20
 	}
 	o.FS.EnsureDefaults()
 }
@@ -130,6 +137,9 @@ type Manager struct {
 	opMu sync.Mutex
 	// foldMu serialises folds (see Fold).
 	foldMu sync.Mutex
+	// gc serialises GC with the reclaimer's passes. Lock order: gc.mu,
+	// foldMu, opMu.
+	gc gcState
 
 	mu     sync.RWMutex // protects the following
 	byID   map[BranchID]*branch

@@ -36,21 +36,34 @@ func (m *Manager) reclaimLoop(ctx context.Context) {
 			return
 		case <-time.After(m.opts.ReclaimDelay):
 		}
-		// Reclaim first: garbage layers count as referrers when folding.
-		if _, err := m.Reclaim(ctx); err != nil && ctx.Err() == nil {
-			m.opts.Logger.Warn("branches: reclaim failed", "err", err)
-			continue
-		}
-		n, err := m.Fold(ctx)
-		if err != nil && ctx.Err() == nil {
-			m.opts.Logger.Warn("branches: fold failed", "err", err)
-		}
-		if n > 0 {
-			if _, err := m.Reclaim(ctx); err != nil && ctx.Err() == nil {
-				m.opts.Logger.Warn("branches: reclaim failed", "err", err)
-			}
-		}
+		m.gc.mu.Lock()
+		m.reclaimPass(ctx)
+		m.gc.mu.Unlock()
 	}
+}
+
+// reclaimPass is one pass of the background reclaimer. Caller holds gc.mu.
+func (m *Manager) reclaimPass(ctx context.Context) {
+	// Reclaim first: garbage layers count as referrers when folding.
+	st, err := m.Reclaim(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.opts.Logger.Warn("branches: reclaim failed", "err", err)
+		}
+		return
+	}
+	n, err := m.Fold(ctx)
+	if err != nil && ctx.Err() == nil {
+		m.opts.Logger.Warn("branches: fold failed", "err", err)
+	}
+	if n > 0 {
+		st2, err := m.Reclaim(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.opts.Logger.Warn("branches: reclaim failed", "err", err)
+		}
+		st.Blocks += st2.Blocks
+	}
+	m.sweptBlocks(ctx, st.Blocks)
 }
 
 // ReclaimStats tells what a reclamation pass removed.

@@ -50,8 +50,11 @@ type BadgerOptions struct {
 	GCInterval time.Duration
 	// Logger receives Badger's warnings and errors (default slog.Default()).
 	Logger *slog.Logger
-
-	valueLogFileSize int64 // tests: rotate value logs sooner (default 64 MiB)
+	// ValueLogFileSize is the size at which Badger starts a new value log
+	// (default 64 MiB, at least 1 MiB). Value-log GC frees whole files and
+	// never the one being written, so smaller files give space back in
+	// smaller steps; each is one open file and mapping.
+	ValueLogFileSize int64
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -80,11 +83,10 @@ func (o *BadgerOptions) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.valueLogFileSize <= 0 {
-		// Small enough that value-log GC frees space in steps of a
-		// few seconds' work (see ReclaimSpace).
-		o.valueLogFileSize = 64 << 20
+	if o.ValueLogFileSize <= 0 {
+		o.ValueLogFileSize = 64 << 20
 	}
+	o.ValueLogFileSize = min(max(o.ValueLogFileSize, 1<<20), 1<<30)
 }
 
 // badgerStore implements Store on Badger v4.
@@ -191,7 +193,7 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 		WithIndexCacheSize(opts.IndexCacheSize).
 		WithSyncWrites(opts.SyncWrites).
 		WithNumCompactors(2).
-		WithValueLogFileSize(opts.valueLogFileSize).
+		WithValueLogFileSize(opts.ValueLogFileSize).
 		WithLogger(badgerLogger{opts.Logger}).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(true)

@@ -17,7 +17,7 @@ func OpenBadgerWithStatfs(dir string, opts BadgerOptions, statfs StatfsFunc) (St
 
 // WithValueLogFileSize makes value logs rotate after n bytes.
 func WithValueLogFileSize(o BadgerOptions, n int64) BadgerOptions {
-	o.valueLogFileSize = n
+	o.ValueLogFileSize = n
 	return o
 }
 

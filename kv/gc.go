@@ -114,10 +114,10 @@ func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
 // never collects the log it writes to.
 func (s *badgerStore) rotateValueLog(ctx context.Context) error {
 	fid, used, err := s.activeValueLog()
-	if err != nil || used < s.opts.valueLogFileSize/16 {
+	if err != nil || used < s.opts.ValueLogFileSize/16 {
 		return err
 	}
-	chunk := make([]byte, s.opts.valueLogFileSize/8)
+	chunk := make([]byte, s.opts.ValueLogFileSize/8)
 	for i := 0; i < 10; i++ {
 		key := append(append([]byte(nil), fillPrefix...), strconv.Itoa(i)...)
 		if err := s.Update(ctx, func(tx Txn) error { return tx.Set(key, chunk) }); err != nil {

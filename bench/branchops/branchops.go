@@ -5,7 +5,9 @@
 package branchops
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io/fs"
 	"os"
@@ -228,8 +230,8 @@ type GrowthResult struct {
 const fileSize = 32 << 20
 
 // settle runs the branch store's own compaction (reclaim garbage layers,
-// fold deep stacks, reclaim again), then syncs, compacts Badger (Flatten +
-// value-log GC), syncs and closes the store, and returns its size on disk
+// fold deep stacks, then GC: reclaim again, prune shadowed blocks, give the
+// space back), syncs and closes the store, and returns its size on disk
 // and Badger's own estimate.
 func settle(ctx context.Context, s *Store) (int64, int64, error) {
 	if _, err := s.M.Reclaim(ctx); err != nil {
@@ -238,13 +240,7 @@ func settle(ctx context.Context, s *Store) (int64, int64, error) {
 	if _, err := s.M.Fold(ctx); err != nil {
 		return 0, 0, err
 	}
-	if _, err := s.M.Reclaim(ctx); err != nil {
-		return 0, 0, err
-	}
-	if err := s.KV.Sync(ctx); err != nil {
-		return 0, 0, err
-	}
-	if err := s.KV.Compact(ctx); err != nil {
+	if _, err := s.M.GC(ctx); err != nil {
 		return 0, 0, err
 	}
 	if err := s.KV.Sync(ctx); err != nil {
@@ -408,5 +404,176 @@ func Direct(ctx context.Context, dir string, data []byte) (DirectResult, error) 
 		off += n
 	}
 	res.ReadMiBps = mib / time.Since(t).Seconds()
+	return res, nil
+}
+
+// GCResult is one measurement of the disk space given back by
+// branches.Manager.GC after a workload of rounds.
+type GCResult struct {
+	Workload         string  `json:"workload"`
+	Rounds           int     `json:"rounds"`
+	ValueLogFileSize int64   `json:"value_log_file_size"`
+	LiveBytes        int64   `json:"live_bytes"`  // file data main holds at the end
+	ImportDisk       int64   `json:"import_disk"` // store after the first file, before the rounds
+	BeforeGC         int64   `json:"before_gc"`   // store after the rounds
+	AfterGC          int64   `json:"after_gc"`    // store after GC
+	Growth           int64   `json:"growth"`      // AfterGC - ImportDisk
+	Ratio            float64 `json:"ratio"`       // AfterGC / LiveBytes
+	GCSeconds        float64 `json:"gc_seconds"`
+	Rewrites         int     `json:"log_rewrites"`
+	Pruned           int     `json:"pruned_refs"`
+	// WriteMaxMs is the slowest of the small writes to another branch
+	// that ran during GC, WriteP99Ms their 99th percentile.
+	WriteMaxMs float64 `json:"write_max_ms"`
+	WriteP99Ms float64 `json:"write_p99_ms"`
+	Writes     int     `json:"writes_during_gc"`
+}
+
+// GCWorkload runs rounds of fork of main, then ("abort") a new file of
+// size bytes written and the fork aborted, or ("commit") file big.bin
+// rewritten whole and the fork committed, on a fresh store in dir whose
+// main holds big.bin (size bytes) from the start; then GC, while a writer
+// rewrites a 4 KiB file in another branch to time writes during it.
+//
+// vlogSize is the store's value-log file size (0: the default).
+func GCWorkload(ctx context.Context, dir, workload string, rounds, size int, vlogSize int64) (GCResult, error) {
+	res := GCResult{Workload: workload, Rounds: rounds, ValueLogFileSize: vlogSize}
+	kvs, err := kv.OpenBadger(dir, kv.BadgerOptions{GCInterval: -1, ValueLogFileSize: vlogSize})
+	if err != nil {
+		return res, err
+	}
+	m, err := branches.Open(ctx, branches.Options{Store: kvs, GCAfterSwept: -1})
+	if err != nil {
+		kvs.Close()
+		return res, err
+	}
+	s := &Store{Dir: dir, KV: kvs, M: m}
+	defer s.Close()
+	gen := func(seed int) []byte {
+		p := make([]byte, size)
+		x := uint64(seed)*0x9e3779b97f4a7c15 + 1
+		for i := 0; i+8 <= len(p); i += 8 {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			binary.LittleEndian.PutUint64(p[i:], x)
+		}
+		return p
+	}
+	if _, err := WriteFile(s.M, "main", cowfs.RootIno, "big.bin", gen(0)); err != nil {
+		return res, err
+	}
+	if err := s.KV.Sync(ctx); err != nil {
+		return res, err
+	}
+	if res.ImportDisk, err = kv.DiskUsage(dir); err != nil {
+		return res, err
+	}
+	for i := 1; i <= rounds; i++ {
+		name := fmt.Sprintf("r%d", i)
+		if _, err := s.M.Fork(ctx, "main", name); err != nil {
+			return res, err
+		}
+		switch workload {
+		case "abort":
+			if _, err := WriteFile(s.M, name, cowfs.RootIno, "new.bin", gen(i)); err != nil {
+				return res, err
+			}
+			if _, err := s.M.Abort(ctx, name); err != nil {
+				return res, err
+			}
+		case "commit":
+			if _, err := WriteFile(s.M, name, cowfs.RootIno, "big.bin", gen(i)); err != nil {
+				return res, err
+			}
+			if _, err := s.M.Commit(ctx, name); err != nil {
+				return res, err
+			}
+		default:
+			return res, fmt.Errorf("unknown workload %q", workload)
+		}
+	}
+	res.LiveBytes = int64(size)
+	if err := s.KV.Sync(ctx); err != nil {
+		return res, err
+	}
+	if res.BeforeGC, err = kv.DiskUsage(dir); err != nil {
+		return res, err
+	}
+	// A writer in another branch times its writes while GC runs.
+	if _, err := s.M.Fork(ctx, "main", "writer"); err != nil {
+		return res, err
+	}
+	wv, _, err := s.M.View("writer")
+	if err != nil {
+		return res, err
+	}
+	wa, err := wv.Create(cowfs.RootIno, "small", cowfs.CreateUnchecked, cowfs.NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		return res, err
+	}
+	stop := make(chan struct{})
+	lat := make(chan []time.Duration, 1)
+	go func() {
+		var ds []time.Duration
+		buf := make([]byte, 4096)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				lat <- ds
+				return
+			default:
+			}
+			buf[0] = byte(i)
+			t := time.Now()
+			if _, err := wv.WriteAt(wa.Ino, buf, 0); err != nil {
+				lat <- ds
+				return
+			}
+			ds = append(ds, time.Since(t))
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	t := time.Now()
+	st, err := s.M.GC(ctx)
+	res.GCSeconds = time.Since(t).Seconds()
+	close(stop)
+	ds := <-lat
+	if err != nil {
+		return res, err
+	}
+	if _, err := s.M.Abort(ctx, "writer"); err != nil {
+		return res, err
+	}
+	res.Writes = len(ds)
+	if len(ds) > 0 {
+		sum := stats.Summarize(stats.Micros(ds))
+		res.WriteMaxMs, res.WriteP99Ms = sum.Max/1000, sum.P99/1000
+	}
+	res.Rewrites, res.Pruned = st.Rewrites, st.Pruned
+	res.AfterGC = st.DiskAfter
+	res.Growth = res.AfterGC - res.ImportDisk
+	res.Ratio = float64(res.AfterGC) / float64(res.LiveBytes)
+	// Every byte main holds must still read back.
+	v, _, err := s.M.View("main")
+	if err != nil {
+		return res, err
+	}
+	a, err := v.Lookup(cowfs.RootIno, "big.bin")
+	if err != nil {
+		return res, err
+	}
+	want := gen(0)
+	if workload == "commit" {
+		want = gen(rounds)
+	}
+	got := make([]byte, size+1)
+	n, _, err := v.ReadAt(a.Ino, got, 0)
+	if err != nil {
+		return res, fmt.Errorf("read big.bin after GC: %w", err)
+	}
+	if !bytes.Equal(got[:n], want) {
+		return res, fmt.Errorf("big.bin reads other bytes after GC")
+	}
 	return res, nil
 }

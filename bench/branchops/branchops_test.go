@@ -2,6 +2,7 @@ package branchops
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -55,5 +56,47 @@ func TestDirSize(t *testing.T) {
 	n, err := DirSize(dir)
 	if err != nil || n < 100000 {
 		t.Fatalf("DirSize = %d, %v; want at least 100000", n, err)
+	}
+}
+
+func TestGCWorkload(t *testing.T) {
+	for _, w := range []string{"abort", "commit"} {
+		r, err := GCWorkload(context.Background(), t.TempDir(), w, 4, 4<<20, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%+v", r)
+		if r.BeforeGC < 4*4<<20 || r.AfterGC <= 0 || r.AfterGC >= r.BeforeGC || r.Writes == 0 {
+			t.Fatalf("%s: %+v", w, r)
+		}
+	}
+	if _, err := GCWorkload(context.Background(), t.TempDir(), "bogus", 1, 1<<20, 0); err == nil {
+		t.Fatal("unknown workload accepted")
+	}
+}
+
+// BenchmarkGC measures the disk space GC gives back after 10 rounds of
+// fork, 32 MiB written, abort (or rewrite and commit), for several
+// value-log file sizes (go test -bench GC -benchtime 1x ./bench/branchops/).
+func BenchmarkGC(b *testing.B) {
+	for _, vlog := range []int64{16 << 20, 32 << 20, 64 << 20, 256 << 20} {
+		for _, w := range []string{"abort", "commit"} {
+			b.Run(fmt.Sprintf("%s/vlog=%dMiB", w, vlog>>20), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					r, err := GCWorkload(context.Background(), b.TempDir(), w, 10, 32<<20, vlog)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(float64(r.ImportDisk)/(1<<20), "import-MiB")
+					b.ReportMetric(float64(r.BeforeGC)/(1<<20), "before-MiB")
+					b.ReportMetric(float64(r.AfterGC)/(1<<20), "after-MiB")
+					b.ReportMetric(float64(r.Growth)/(1<<20), "growth-MiB")
+					b.ReportMetric(r.Ratio, "after/live")
+					b.ReportMetric(r.GCSeconds, "gc-s")
+					b.ReportMetric(r.WriteP99Ms, "write-p99-ms")
+					b.ReportMetric(r.WriteMaxMs, "write-max-ms")
+				}
+			})
+		}
 	}
 }

@@ -192,6 +192,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/branches/{name}/checkpoints", s.checkpoint)
 	mux.HandleFunc("POST /v1/branches/{name}/restore", s.restore)
 	s.jobRoutes(mux)
+	mux.HandleFunc("POST /v1/gc", s.gc)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: errorDetail{
 			Code: CodeBadRequest, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)}})

@@ -1,0 +1,178 @@
+package branches
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Giving disk space back. The reclaimer deletes what nothing reaches, but
+// the store keeps the space of deleted values in its logs until it
+// rewrites them (kv.Store.ReclaimSpace). GC runs one reclamation pass,
+// prunes block references no reader can see (cowfs.PruneShadowed: after
+// fast-path commits the parent's stack holds every committed version of a
+// rewritten file, the older ones hidden by the newer layers above them),
+// sweeps again, and has the store give the space back. The reclaimer runs
+// it by itself once its sweeps deleted Options.GCAfterSwept bytes of
+// blocks.
+
+// gcState serialises GC with the reclaimer's passes.
+type gcState struct {
+	mu    sync.Mutex // held across a reclaimer pass or a GC
+	swept int64      // block bytes swept since the last GC (under mu)
+}
+
+// GCStats tells what GC did.
+type GCStats struct {
+	Reclaim ReclaimStats `json:"reclaim"`
+	// Pruned counts block references deleted because the layers above
+	// hide them from every reader.
+	Pruned int `json:"pruned_refs"`
+	// DiskBefore and DiskAfter are the bytes the store occupies on disk
+	// when the store starts giving space back and after it.
+	DiskBefore int64 `json:"disk_before"`
+	DiskAfter  int64 `json:"disk_after"`
+	// Rewrites counts the store's log files rewritten.
+	Rewrites int `json:"log_rewrites"`
+}
+
+// GC reclaims what nothing reaches, prunes hidden block references, and
+// gives the disk space of all that back. It runs alone with the
+// background reclaimer; branches stay usable meanwhile.
+func (m *Manager) GC(ctx context.Context) (GCStats, error) {
+	m.gc.mu.Lock()
+	defer m.gc.mu.Unlock()
+	return m.gcLocked(ctx)
+}
+
+func (m *Manager) gcLocked(ctx context.Context) (GCStats, error) {
+	var st GCStats
+	r, err := m.Reclaim(ctx)
+	st.Reclaim = r
+	if err != nil {
+		return st, fmt.Errorf("branches: gc: %w", err)
+	}
+	if st.Pruned, err = m.pruneShadowed(ctx); err != nil {
+		return st, fmt.Errorf("branches: gc: prune hidden blocks: %w", mapErr(err))
+	}
+	if st.Pruned > 0 {
+		r, err := m.Reclaim(ctx)
+		st.Reclaim.Layers += r.Layers
+		st.Reclaim.Keys += r.Keys
+		st.Reclaim.Blocks += r.Blocks
+		if err != nil {
+			return st, fmt.Errorf("branches: gc: %w", err)
+		}
+	}
+	ks, err := m.store.ReclaimSpace(ctx)
+	st.DiskBefore, st.DiskAfter, st.Rewrites = ks.DiskBefore, ks.DiskAfter, ks.Rewrites
+	if err != nil {
+		return st, fmt.Errorf("branches: gc: %w", mapErr(err))
+	}
+	m.gc.swept = 0
+	return st, nil
+}
+
+// sweptBlocks tells the background reclaimer that a pass deleted n blocks
+// and runs GC once enough bytes were swept since the last one. Caller
+// holds gc.mu.
+func (m *Manager) sweptBlocks(ctx context.Context, n int) {
+	if m.opts.GCAfterSwept < 0 {
+		return
+	}
+	m.gc.swept += int64(n) * int64(m.opts.FS.BlockSize)
+	if m.gc.swept < m.opts.GCAfterSwept {
+		return
+	}
+	st, err := m.gcLocked(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.opts.Logger.Warn("branches: giving disk space back failed", "err", err)
+		}
+		return
+	}
+	m.opts.Logger.Info("branches: gave disk space back", "before", kv.FormatBytes(uint64(st.DiskBefore)),
+		"after", kv.FormatBytes(uint64(max(st.DiskAfter, 0))), "pruned", st.Pruned, "blocks", st.Reclaim.Blocks, "rewrites", st.Rewrites)
+}
+
+// pruneShadowed runs cowfs.PruneShadowed on every pair of neighbours
+// (x, y) of a live branch's stack where y has no referrer but x and is no
+// top, checkpoint or fork base, bottom pairs first, so that a layer still
+// holds its blocks when it prunes the one below. It returns how many
+// references it deleted.
+func (m *Manager) pruneShadowed(ctx context.Context) (int, error) {
+	// Folds move layers' content and re-point stacks: not meanwhile.
+	m.foldMu.Lock()
+	defer m.foldMu.Unlock()
+	m.opMu.Lock()
+	pairs, err := m.pruneCandidates(ctx)
+	m.opMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	pruned := 0
+	for _, p := range pairs {
+		n, err := cowfs.PruneShadowed(ctx, m.store, p[0], p[1], uint64(m.opts.FS.BlockSize))
+		pruned += n
+		if err != nil {
+			return pruned, err
+		}
+	}
+	return pruned, nil
+}
+
+// pruneCandidates lists the pairs pruneShadowed works on, in order.
+// Caller holds opMu.
+func (m *Manager) pruneCandidates(ctx context.Context) ([][2]cowfs.LayerID, error) {
+	refs := map[cowfs.LayerID]int{}
+	pinned := map[cowfs.LayerID]bool{}
+	m.mu.RLock()
+	var stacks [][]cowfs.LayerID
+	for _, b := range m.byName {
+		pinned[b.rec.Top] = true
+		refs[b.rec.Top]++
+		if b.rec.Base != 0 {
+			pinned[b.rec.Base] = true
+		}
+		if b.fs != nil {
+			stacks = append(stacks, b.fs.Stack())
+		}
+	}
+	m.mu.RUnlock()
+	err := m.store.View(ctx, func(tx kv.Txn) error {
+		err := cowfs.EachLayer(tx, false, func(_, below cowfs.LayerID) (bool, error) {
+			refs[below]++
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		return tx.Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
+			var cp checkpointRec
+			if err := json.Unmarshal(v, &cp); err != nil {
+				return false, err
+			}
+			pinned[cp.Layer] = true
+			refs[cp.Layer]++
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	var pairs [][2]cowfs.LayerID
+	for _, st := range stacks {
+		for i := len(st) - 2; i >= 0; i-- {
+			p := [2]cowfs.LayerID{st[i], st[i+1]}
+			if refs[p[1]] == 1 && !pinned[p[1]] && !slices.Contains(pairs, p) {
+				pairs = append(pairs, p)
+			}
+		}
+	}
+	return pairs, nil
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/branches"
+)
+
+// TestGCCommand: gc prints the store's disk space before and after, or
+// the same as JSON, and keeps what main holds.
+func TestGCCommand(t *testing.T) {
+	store := filepath.Join(shortTempDir(t), "s")
+	s := []string{"--store", store}
+	if code, _, stderr := runCLI(t, append([]string{"init"}, s...)...); code != 0 {
+		t.Fatalf("init: %d %q", code, stderr)
+	}
+	if code, out, stderr := runCLI(t, append([]string{"gc"}, s...)...); code != 0 || !strings.Contains(out, "store on disk: ") || !strings.Contains(out, "freed") {
+		t.Fatalf("gc: %d %q %q", code, out, stderr)
+	}
+	// A store whose main holds 8 MiB.
+	src := t.TempDir()
+	p := make([]byte, 8<<20)
+	x := uint32(7)
+	for i := range p {
+		x = x*1664525 + 1013904223
+		p[i] = byte(x >> 24)
+	}
+	if err := os.WriteFile(filepath.Join(src, "big"), p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store2 := filepath.Join(shortTempDir(t), "s")
+	s2 := []string{"--store", store2}
+	if code, _, stderr := runCLI(t, append([]string{"init", "--from", src}, s2...)...); code != 0 {
+		t.Fatalf("init --from: %d %q", code, stderr)
+	}
+	code, out, stderr := runCLI(t, append([]string{"gc", "--json"}, s2...)...)
+	var res branches.GCStats
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.DiskBefore < 8<<20 || res.DiskAfter < 8<<20 {
+		t.Fatalf("gc --json with live data: %d %q %q", code, out, stderr)
+	}
+	if code, out, stderr := runCLI(t, append([]string{"gc", "extra"}, s2...)...); code != exitUsage {
+		t.Fatalf("gc with an argument: %d %q %q", code, out, stderr)
+	}
+}

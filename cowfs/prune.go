@@ -1,0 +1,119 @@
+package cowfs
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// PruneShadowed deletes the block references of layer y that layer x,
+// right above it, hides: y's blocks of an inode at an index where x holds
+// a block of its own, and those at or beyond the Cut of x's record of the
+// inode (every block under x's tombstone); a block straddling the Cut
+// stays. It returns how many references it deleted, after which the block
+// sweep can delete content only they used.
+//
+// The caller guarantees that every reader of y reads it through x: y has
+// no referrer but x and is no top, checkpoint or fork base (as for
+// FoldDown), so nothing can give it another referrer. x may be the top of
+// a branch: x hides a block of y for good, because x's blocks are dropped
+// only with a Cut lowered below them, a Cut never rises and a record
+// leaves x only for an inode no layer below holds. Each step re-reads in
+// its transaction what of x it relies on, so a concurrent write to x
+// conflicts with it and it retries.
+//
+// bs is the store's block size.
+func PruneShadowed(ctx context.Context, store kv.Store, x, y LayerID, bs uint64) (int, error) {
+	pruned := 0
+	scan := append(layerPrefix(x), kindInode)
+	var start []byte
+	for {
+		var inos []InodeID
+		err := store.View(ctx, func(tx kv.Txn) error {
+			inos = inos[:0]
+			return tx.Iterate(scan, start, true, func(k, _ []byte) (bool, error) {
+				inos = append(inos, InodeID(binary.BigEndian.Uint64(k[len(k)-8:])))
+				return len(inos) < 512, nil
+			})
+		})
+		if err != nil || len(inos) == 0 {
+			return pruned, err
+		}
+		for _, ino := range inos {
+			n, err := pruneInode(ctx, store, x, y, ino, bs)
+			pruned += n
+			if err != nil {
+				return pruned, err
+			}
+		}
+		start = u64(append([]byte(nil), scan...), uint64(inos[len(inos)-1])+1)
+	}
+}
+
+// pruneInode is PruneShadowed for one inode, in transactions of at most
+// 1024 of y's references.
+func pruneInode(ctx context.Context, store kv.Store, x, y LayerID, ino InodeID, bs uint64) (int, error) {
+	pruned := 0
+	from := uint64(0)
+	for {
+		var n int
+		var next uint64
+		done := false
+		err := store.Update(ctx, func(tx kv.Txn) error {
+			n, next, done = 0, 0, false
+			v, err := tx.Get(inodeKey(x, ino))
+			if errors.Is(err, kv.ErrNotFound) {
+				done = true // gone from x: it hid nothing below
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			xn, err := decodeInode(ino, v)
+			if err != nil {
+				return err
+			}
+			cut := xn.Cut
+			if xn.Deleted {
+				cut = 0
+			}
+			hidden := (cut + bs - 1) / bs // blocks from here on lie beyond the Cut
+			var drop [][]byte
+			seen := 0
+			err = tx.Iterate(dataPrefix(y, ino), dataKey(y, ino, from), true, func(k, _ []byte) (bool, error) {
+				idx := binary.BigEndian.Uint64(k[len(k)-8:])
+				next = idx + 1
+				seen++
+				if idx >= hidden {
+					drop = append(drop, append([]byte(nil), k...))
+				} else if ok, err := tx.Has(dataKey(x, ino, idx)); err != nil {
+					return false, err
+				} else if ok {
+					drop = append(drop, append([]byte(nil), k...))
+				}
+				return seen < 1024, nil
+			})
+			if err != nil {
+				return err
+			}
+			done = seen < 1024
+			for _, k := range drop {
+				if err := tx.Delete(k); err != nil {
+					return err
+				}
+			}
+			n = len(drop)
+			return nil
+		})
+		if err != nil {
+			return pruned, err
+		}
+		pruned += n
+		if done {
+			return pruned, nil
+		}
+		from = next
+	}
+}

@@ -1,0 +1,123 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+func countData(t *testing.T, st kv.Store, l LayerID, ino InodeID) int {
+	t.Helper()
+	n := 0
+	err := st.View(context.Background(), func(tx kv.Txn) error {
+		n = 0
+		return tx.Iterate(dataPrefix(l, ino), nil, true, func(k, _ []byte) (bool, error) { n++; return true, nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPruneShadowed: pruning layer y under x deletes exactly y's blocks
+// that x hides (blocks x rewrote, blocks beyond x's Cut, every block of an
+// inode x deleted), and every file reads the same before and after, also
+// after x writes and truncates again.
+func TestPruneShadowed(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	f, st, al := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
+	r := rand.New(rand.NewPCG(7, 8))
+	models := map[InodeID][]byte{}
+	mk := func(name string, size int) InodeID {
+		a, err := f.Create(RootIno, name, CreateGuarded, NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := randBytes(r, size)
+		if _, err := f.WriteAt(a.Ino, p, 0); err != nil {
+			t.Fatal(err)
+		}
+		models[a.Ino] = p
+		return a.Ino
+	}
+	rewritten := mk("rewritten", 8*bs)
+	shrunk := mk("shrunk", 8*bs)
+	deleted := mk("deleted", 8*bs)
+	untouched := mk("untouched", 3*bs)
+	y := f.Top()
+	x, err := NewLayerOver(ctx, st, al, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTop(x); err != nil {
+		t.Fatal(err)
+	}
+	write := func(ino InodeID, off int, p []byte) {
+		t.Helper()
+		if _, err := f.WriteAt(ino, p, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		m := models[ino]
+		if off+len(p) > len(m) {
+			m = append(m, make([]byte, off+len(p)-len(m))...)
+		}
+		copy(m[off:], p)
+		models[ino] = m
+	}
+	truncate := func(ino InodeID, size int) {
+		t.Helper()
+		s := uint64(size)
+		if _, err := f.SetAttr(ino, SetAttr{Size: &s}); err != nil {
+			t.Fatal(err)
+		}
+		m := models[ino]
+		if size <= len(m) {
+			models[ino] = m[:size]
+		} else {
+			models[ino] = append(m, make([]byte, size-len(m))...)
+		}
+	}
+	write(rewritten, bs, randBytes(r, 3*bs))  // blocks 1-3 hidden
+	write(rewritten, 6*bs+5, randBytes(r, 9)) // a patch of block 6 hides it too
+	truncate(shrunk, 2*bs+100)                // blocks 3-7 hidden, 2 straddles
+	if err := f.Unlink(RootIno, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	delete(models, deleted)
+	check := func(when string) {
+		t.Helper()
+		for ino, want := range models {
+			got := make([]byte, len(want)+10)
+			n, _, err := f.ReadAt(ino, got, 0)
+			if err != nil || !bytes.Equal(got[:n], want) {
+				t.Fatalf("%s: inode %d reads %d bytes (%v), want %d (equal=%v)", when, ino, n, err, len(want), bytes.Equal(got[:n], want))
+			}
+		}
+	}
+	check("before")
+	n, err := PruneShadowed(ctx, st, x, y, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 4 + 5 + 8; n != want {
+		t.Errorf("pruned %d references, want %d", n, want)
+	}
+	for ino, want := range map[InodeID]int{rewritten: 4, shrunk: 3, deleted: 0, untouched: 3} {
+		if got := countData(t, st, y, ino); got != want {
+			t.Errorf("inode %d keeps %d blocks in y, want %d", ino, got, want)
+		}
+	}
+	check("after the prune")
+	// Growing the files again must not uncover anything.
+	truncate(shrunk, 8*bs)
+	write(rewritten, 10*bs, []byte("tail"))
+	check("after growing")
+	if n, err := PruneShadowed(ctx, st, x, y, bs); err != nil || n != 0 {
+		t.Fatalf("second prune: %d, %v; want nothing left", n, err)
+	}
+	check("after a second prune")
+}
