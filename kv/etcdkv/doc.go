@@ -2,11 +2,12 @@
 // go.etcd.io/etcd/client/v3 client. It is the only package besides its test
 // harness, etcdtest, that imports etcd.
 //
-// Snapshots: a View, a Snapshot and each attempt of an Update start with a
-// linearizable read of the cluster's current revision, and read every key
-// at that revision (etcd's MVCC keeps the history until it is compacted).
-// So a transaction sees every commit acknowledged before it started and
-// none after.
+// Snapshots: a View and a Snapshot start with a linearizable read of the
+// cluster's current revision, and read every key at that revision (etcd's
+// MVCC keeps the history until it is compacted). So they see every commit
+// acknowledged before they started and none after. An attempt of an Update
+// takes its revision from its first read instead, which saves a round trip:
+// its commit checks that nothing it read has changed since.
 //
 // Transactions are optimistic. An Update buffers its writes (reads see
 // them) and records what it read: the mod revision of every key read by

@@ -2,6 +2,7 @@ package etcdkv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -148,12 +149,9 @@ func (s *store) Update(ctx context.Context, fn func(kv.Txn) error) error {
 		if s.closed.Load() {
 			return kv.ErrClosed
 		}
-		rev, err := s.revision(ctx)
-		if err != nil {
-			return err
-		}
-		t := &txn{s: s, ctx: ctx, rev: rev, rw: true, writes: map[string]write{}, reads: map[string]int64{}}
-		err = fn(t)
+		// The revision comes with the first read (see txn.rev).
+		t := &txn{s: s, ctx: ctx, rw: true, writes: map[string]write{}, reads: map[string]int64{}}
+		err := fn(t)
 		if errors.Is(err, ErrCompacted) && attempt+1 < s.opts.MaxAttempts {
 			// The snapshot went away under fn: start over at a newer one.
 			continue
@@ -307,6 +305,11 @@ type keyRange struct{ start, end []byte }
 type txn struct {
 	s   *store
 	ctx context.Context
+	// rev is the snapshot revision. A View or Snapshot takes it when it
+	// starts; an Update from its first read (0 until then, which etcd
+	// reads as "now"): it needs no earlier point, because its commit
+	// fails if anything it read changed since, so a write-only Update
+	// costs one round trip.
 	rev int64
 	err error // set when the snapshot could not be opened: every read fails
 	rw  bool
@@ -342,6 +345,7 @@ func (t *txn) fetch(key []byte, keysOnly bool) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, t.s.mapErr(err, t.rev)
 	}
+	t.rev = cmp.Or(t.rev, resp.Header.Revision)
 	var modRev int64
 	var val []byte
 	if len(resp.Kvs) > 0 {
@@ -470,6 +474,7 @@ func (t *txn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) 
 		if err != nil {
 			return t.s.mapErr(err, t.rev)
 		}
+		t.rev = cmp.Or(t.rev, resp.Header.Revision)
 		for _, e := range resp.Kvs {
 			if last, more, err := flushPending(e.Key); err != nil || !more {
 				return stop(last, err)
