@@ -248,6 +248,15 @@ func (o *globalOptions) openBackend(ctx context.Context) (*backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	if addr := os.Getenv("BRANCHNFS_CONTROL"); addr != "" {
+		// A forwarded API (tcp://HOST:PORT), e.g. from inside a VM: no
+		// store to fall back on here.
+		c, st, err := control.Dial(ctx, addr, dialTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("$BRANCHNFS_CONTROL=%s: %w", addr, err)
+		}
+		return &backend{Backend: c, client: c, status: st}, nil
+	}
 	if c, st, err := control.Dial(ctx, control.SocketPath(dir), dialTimeout); err == nil {
 		return &backend{Backend: c, client: c, status: st}, nil
 	} else if !errors.Is(err, control.ErrNoServer) {

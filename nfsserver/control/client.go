@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -27,11 +28,18 @@ type Client struct {
 }
 
 // NewClient returns a client for the socket at path. It does not connect.
+// A path of the form tcp://HOST:PORT reaches the API over TCP instead: the
+// server only listens on its unix socket, but a forward of it (socat, SSH,
+// a VM's port forward) can be reached that way.
 func NewClient(socket string) *Client {
+	network, addr := "unix", socket
+	if a, ok := strings.CutPrefix(socket, "tcp://"); ok {
+		network, addr = "tcp", a
+	}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			return d.DialContext(ctx, network, addr)
 		},
 		MaxIdleConns:    4,
 		IdleConnTimeout: 30 * time.Second,
