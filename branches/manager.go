@@ -133,15 +133,18 @@ type Manager struct {
 	tracker *cowfs.Tracker   // read only
 	secret  []byte           // read only
 
+	// Lock order: foldMu, opMu, views' locks (child before parent), mu
+	// (docs/design.md, "Lock order").
+
 	// opMu serialises lifecycle operations (fork, commit, ...).
 	opMu sync.Mutex
-	// foldMu serialises folds (see Fold).
+	// foldMu serialises folds (see Fold); taken before opMu.
 	foldMu sync.Mutex
 	// gc serialises GC with the reclaimer's passes. Lock order: gc.mu,
 	// foldMu, opMu.
 	gc gcState
 
-	mu     sync.RWMutex // protects the following
+	mu     sync.RWMutex // protects the following; taken last
 	byID   map[BranchID]*branch
 	byName map[string]*branch // live and invalidated branches
 

@@ -78,6 +78,10 @@ type FS struct {
 	ctx   context.Context
 	stop  context.CancelFunc
 
+	// Lock order: nsMu or one dataMu stripe, then mu, then cacheMu; a
+	// writer takes the Tracker's lock inside mu (docs/design.md, "Lock
+	// order").
+
 	// nsMu serialises namespace changes (create, link, unlink, rename, ...),
 	// so they never conflict with each other.
 	nsMu sync.Mutex
