@@ -161,29 +161,33 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// foldCandidate finds a frozen layer x, in a stack deeper than FoldDepth,
-// whose lower neighbour y is referenced by x alone. Caller holds opMu.
-func (m *Manager) foldCandidate(ctx context.Context) (x, y cowfs.LayerID, ok bool, err error) {
-	refs := map[cowfs.LayerID]int{}
-	pinned := map[cowfs.LayerID]bool{} // checkpoints, tops and fork bases never receive a fold
+// layerRefs counts, for every layer, the layers above it, the branch tops
+// and the checkpoints that reference it, and marks as pinned those that
+// must never receive another layer's keys (tops, fork bases and
+// checkpoints: a fork base is the state a branch's changes are measured
+// against, and folding a layer into it would make them look like part of
+// the base). It also returns the stacks of the views deeper than minDepth;
+// when minDepth > 0 and no view is that deep, it reads nothing from the
+// store and returns no counts. Caller holds opMu.
+func (m *Manager) layerRefs(ctx context.Context, minDepth int) (refs map[cowfs.LayerID]int, pinned map[cowfs.LayerID]bool, stacks [][]cowfs.LayerID, err error) {
+	refs = map[cowfs.LayerID]int{}
+	pinned = map[cowfs.LayerID]bool{}
 	m.mu.RLock()
-	var stacks [][]cowfs.LayerID
 	for _, b := range m.byName {
 		pinned[b.rec.Top] = true
 		refs[b.rec.Top]++
-		// A fork base is the state the branch's changes are measured
-		// against: folding a layer into it would make those changes look
-		// like part of the base.
 		if b.rec.Base != 0 {
 			pinned[b.rec.Base] = true
 		}
-		if st := b.fs.Stack(); len(st) > m.opts.FoldDepth {
-			stacks = append(stacks, st)
+		if b.fs != nil {
+			if st := b.fs.Stack(); len(st) > minDepth {
+				stacks = append(stacks, st)
+			}
 		}
 	}
 	m.mu.RUnlock()
-	if len(stacks) == 0 {
-		return 0, 0, false, nil
+	if minDepth > 0 && len(stacks) == 0 {
+		return nil, nil, nil, nil
 	}
 	err = m.store.View(ctx, func(tx kv.Txn) error {
 		err := cowfs.EachLayer(tx, false, func(_, below cowfs.LayerID) (bool, error) {
@@ -203,7 +207,14 @@ func (m *Manager) foldCandidate(ctx context.Context) (x, y cowfs.LayerID, ok boo
 			return true, nil
 		})
 	})
-	if err != nil {
+	return refs, pinned, stacks, err
+}
+
+// foldCandidate finds a frozen layer x, in a stack deeper than FoldDepth,
+// whose lower neighbour y is referenced by x alone. Caller holds opMu.
+func (m *Manager) foldCandidate(ctx context.Context) (x, y cowfs.LayerID, ok bool, err error) {
+	refs, pinned, stacks, err := m.layerRefs(ctx, m.opts.FoldDepth)
+	if err != nil || len(stacks) == 0 {
 		return 0, 0, false, err
 	}
 	for _, st := range stacks {

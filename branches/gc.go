@@ -2,7 +2,6 @@ package branches
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -129,39 +128,7 @@ func (m *Manager) pruneShadowed(ctx context.Context) (int, error) {
 // pruneCandidates lists the pairs pruneShadowed works on, in order.
 // Caller holds opMu.
 func (m *Manager) pruneCandidates(ctx context.Context) ([][2]cowfs.LayerID, error) {
-	refs := map[cowfs.LayerID]int{}
-	pinned := map[cowfs.LayerID]bool{}
-	m.mu.RLock()
-	var stacks [][]cowfs.LayerID
-	for _, b := range m.byName {
-		pinned[b.rec.Top] = true
-		refs[b.rec.Top]++
-		if b.rec.Base != 0 {
-			pinned[b.rec.Base] = true
-		}
-		if b.fs != nil {
-			stacks = append(stacks, b.fs.Stack())
-		}
-	}
-	m.mu.RUnlock()
-	err := m.store.View(ctx, func(tx kv.Txn) error {
-		err := cowfs.EachLayer(tx, false, func(_, below cowfs.LayerID) (bool, error) {
-			refs[below]++
-			return true, nil
-		})
-		if err != nil {
-			return err
-		}
-		return tx.Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
-			var cp checkpointRec
-			if err := json.Unmarshal(v, &cp); err != nil {
-				return false, err
-			}
-			pinned[cp.Layer] = true
-			refs[cp.Layer]++
-			return true, nil
-		})
-	})
+	refs, pinned, stacks, err := m.layerRefs(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
