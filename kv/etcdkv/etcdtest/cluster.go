@@ -84,8 +84,11 @@ func StartCluster(tb testing.TB, opts Options) *Cluster {
 		cfg.InitialCluster = strings.Join(initial, ",")
 		cfg.InitialClusterToken = fmt.Sprintf("etcdtest-%s", addrs[0].peer.Port())
 		cfg.ClusterState = embed.ClusterStateFlagNew
-		cfg.LogLevel = "error"
-		cfg.TickMs, cfg.ElectionMs = 20, 200 // loopback: elect a leader quickly
+		// Quiet: a stopping member logs each listener it closes as an
+		// error. Tests report what their own clients see instead.
+		cfg.LogLevel = "panic"
+		// etcd's own timing (100 ms heartbeats, 1 s elections): shorter ones
+		// elect faster but see false leader losses on a loaded machine.
 		if opts.MaxTxnOps > 0 {
 			cfg.MaxTxnOps = opts.MaxTxnOps
 		}
@@ -129,11 +132,26 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
+// stopAll stops the followers in parallel, then the leader. A leader
+// stopping hands its leadership to a live follower first, and would wait
+// seconds for one that is stopping too; with none left it stops at once.
 func (c *Cluster) stopAll() {
+	leader := -1
+	var wg sync.WaitGroup
 	for i, m := range c.members {
-		if m != nil {
-			c.Stop(i)
+		if m == nil || c.stopped[i] {
+			continue
 		}
+		if m.Server.Leader() == m.Server.MemberID() {
+			leader = i
+			continue
+		}
+		c.stopped[i] = true
+		wg.Go(m.Close)
+	}
+	wg.Wait()
+	if leader >= 0 {
+		c.Stop(leader)
 	}
 }
 

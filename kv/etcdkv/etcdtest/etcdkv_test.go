@@ -12,6 +12,7 @@ import (
 	"github.com/branchnfs/branchnfs/kv"
 	"github.com/branchnfs/branchnfs/kv/etcdkv"
 	"github.com/branchnfs/branchnfs/kv/etcdkv/etcdtest"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 var ctx = context.Background()
@@ -33,10 +34,21 @@ func fill(t *testing.T, s kv.Store, prefix string, n int) {
 	}
 }
 
-// TestLimits: etcd's per-transaction limits surface as kv.ErrTxnTooBig,
-// before anything is sent where the store can tell, and nothing is applied.
-func TestLimits(t *testing.T) {
+// TestCluster runs the kvtest suite and the etcd-specific cases that keep
+// the cluster whole on one 3-member cluster.
+func TestCluster(t *testing.T) {
 	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	t.Run("Suite", func(t *testing.T) {
+		kvtest.RunSuite(t, func(t *testing.T) kv.Store { return c.NewStore(t, etcdkv.Options{}) })
+	})
+	t.Run("Limits", func(t *testing.T) { testLimits(t, c) })
+	t.Run("PhantomConflicts", func(t *testing.T) { testPhantomConflicts(t, c) })
+	t.Run("Compacted", func(t *testing.T) { testCompacted(t, c) }) // last: it compacts every store's history
+}
+
+// testLimits: etcd's per-transaction limits surface as kv.ErrTxnTooBig,
+// before anything is sent where the store can tell, and nothing is applied.
+func testLimits(t *testing.T, c *etcdtest.Cluster) {
 	s := c.NewStore(t, etcdkv.Options{})
 	count := func(prefix string) int {
 		n := 0
@@ -119,10 +131,9 @@ func TestLimits(t *testing.T) {
 	})
 }
 
-// TestPhantomConflicts: unlike the contract's minimum, a key inserted into
+// testPhantomConflicts: unlike the contract's minimum, a key inserted into
 // a range an Update iterated makes it retry.
-func TestPhantomConflicts(t *testing.T) {
-	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 1})
+func testPhantomConflicts(t *testing.T, c *etcdtest.Cluster) {
 	s := c.NewStore(t, etcdkv.Options{})
 	fill(t, s, "p/", 3)
 	for _, tc := range []struct {
@@ -159,10 +170,9 @@ func TestPhantomConflicts(t *testing.T) {
 	}
 }
 
-// TestCompacted: a snapshot older than the cluster's compacted history
+// testCompacted: a snapshot older than the cluster's compacted history
 // fails with ErrCompacted; an Update caught by a compaction starts over.
-func TestCompacted(t *testing.T) {
-	c := etcdtest.StartCluster(t, etcdtest.Options{Members: 1})
+func testCompacted(t *testing.T, c *etcdtest.Cluster) {
 	s := c.NewStore(t, etcdkv.Options{})
 	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints})
 	if err != nil {

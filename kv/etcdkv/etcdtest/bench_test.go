@@ -9,11 +9,6 @@ import (
 	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
-func TestSuite(t *testing.T) {
-	c := etcdtest.StartCluster(t, etcdtest.Options{})
-	kvtest.RunSuite(t, func(t *testing.T) kv.Store { return c.NewStore(t, etcdkv.Options{}) })
-}
-
 func BenchmarkEtcd(b *testing.B) {
 	c := etcdtest.StartCluster(b, etcdtest.Options{})
 	kvtest.RunBenchmarks(b, func(b *testing.B) kv.Store { return c.NewStore(b, etcdkv.Options{}) })
