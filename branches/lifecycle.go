@@ -31,17 +31,12 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	pfs := p.fs
 	pfs.Lock()
 	defer pfs.Unlock()
-	stack := pfs.StackLocked()
-	top := stack[0]
-	empty := !pfs.TopDirty()
-	base, ptop := top, top
-	newParentTop := cowfs.LayerID(0)
-	if empty && len(stack) > 1 {
-		// Nothing written since the last freeze: fork from the layer below.
-		base = stack[1]
-	} else if newParentTop, err = m.alloc.NewLayerID(ctx); err != nil {
+	stack, base, newParentTop, err := m.freezeTop(ctx, pfs)
+	if err != nil {
 		return Info{}, err
-	} else {
+	}
+	top, ptop := stack[0], stack[0]
+	if newParentTop != 0 {
 		ptop = newParentTop
 	}
 	ctop, err := m.alloc.NewLayerID(ctx)
@@ -86,6 +81,34 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	info := m.infoLocked(c)
 	m.mu.Unlock()
 	return info, nil
+}
+
+// freezeTop freezes the top of view v, which the caller holds locked (for
+// a fork or a checkpoint). If nothing was written since the last freeze,
+// the layer below the top is already frozen and is the one to use: frozen
+// is stack[1] and newTop is 0. Otherwise the top itself freezes (frozen is
+// stack[0]) and newTop is a fresh layer id to become v's top: the caller
+// writes it over stack[0] (cowfs.PutLayer) in its transaction, then
+// installs newTop above stack with SetFreshStackLocked.
+func (m *Manager) freezeTop(ctx context.Context, v *cowfs.FS) (stack []cowfs.LayerID, frozen, newTop cowfs.LayerID, err error) {
+	stack = v.StackLocked()
+	if !v.TopDirty() && len(stack) > 1 {
+		return stack, stack[1], 0, nil
+	}
+	newTop, err = m.alloc.NewLayerID(ctx)
+	return stack, stack[0], newTop, err
+}
+
+// splitAtBase splits a stack (top first) at a branch's fork base: the
+// layers above the base (the branch's own changes) and the base's stack.
+// fromBase is nil if base is not in stack.
+func splitAtBase(stack []cowfs.LayerID, base cowfs.LayerID) (above, fromBase []cowfs.LayerID) {
+	for i, l := range stack {
+		if l == base {
+			return stack[:i], stack[i:]
+		}
+	}
+	return nil, nil
 }
 
 // ForkCheckpoint creates branch name from checkpoint label of parent.
@@ -234,20 +257,9 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		res.FastPath = true
 		prec.Top = cstack[0]
 		newStack = cstack
-		for i, l := range cstack {
-			if l == c.rec.Base {
-				delta = cstack[:i]
-				break
-			}
-		}
+		delta, _ = splitAtBase(cstack, c.rec.Base)
 	} else {
-		var bstack []cowfs.LayerID
-		for i, l := range cstack {
-			if l == c.rec.Base {
-				bstack = cstack[i:]
-				break
-			}
-		}
+		_, bstack := splitAtBase(cstack, c.rec.Base)
 		dst, err := m.alloc.NewLayerID(ctx)
 		if err != nil {
 			return res, err
@@ -410,17 +422,13 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 	bfs := b.fs
 	bfs.Lock()
 	defer bfs.Unlock()
-	stack := bfs.StackLocked()
-	empty := !bfs.TopDirty()
-	cp := checkpointRec{Layer: stack[0], Time: time.Now().UTC()}
+	stack, frozen, newTop, err := m.freezeTop(ctx, bfs)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	cp := checkpointRec{Layer: frozen, Time: time.Now().UTC()}
 	rec := b.rec
-	newTop := cowfs.LayerID(0)
-	if empty && len(stack) > 1 {
-		cp.Layer = stack[1]
-	} else {
-		if newTop, err = m.alloc.NewLayerID(ctx); err != nil {
-			return Checkpoint{}, err
-		}
+	if newTop != 0 {
 		rec.Top = newTop
 	}
 	err = m.store.Update(ctx, func(tx kv.Txn) error {
@@ -532,12 +540,7 @@ func (m *Manager) Diff(ctx context.Context, name string) (Diff, error) {
 		return d, nil // main has no fork point
 	}
 	stack := b.fs.Stack()
-	var bstack []cowfs.LayerID
-	for i, l := range stack {
-		if l == rec.Base {
-			bstack = stack[i:]
-		}
-	}
+	_, bstack := splitAtBase(stack, rec.Base)
 	if bstack == nil {
 		return d, fmt.Errorf("branches: diff %s: fork point %d is not in the branch's stack", name, rec.Base)
 	}
