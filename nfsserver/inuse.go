@@ -2,9 +2,12 @@ package nfsserver
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
 )
 
 // InUseWindow is how recently a connection must have used a branch's file
@@ -41,6 +44,29 @@ func (s *Server) BranchUsers(name string) []string {
 	s.mu.Unlock()
 	slices.Sort(recent)
 	return append(users, recent...)
+}
+
+// forgetUse forgets the recorded use of branch's handles (every branch's
+// if branch is nil) by the open connections from remote's host: an
+// unmount by a client says it is done, though its connection may stay
+// open for its other mounts (Linux shares one connection per server).
+func (s *Server) forgetUse(remote string, branch *branches.BranchID) {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if h, _, err := net.SplitHostPort(c.remote); err != nil || h != host {
+			continue
+		}
+		if branch != nil {
+			c.used.Delete(*branch)
+		} else {
+			c.used.Clear()
+		}
+	}
 }
 
 // Mounts lists "CLIENT:PATH" for every MOUNT without a UMNT, sorted (what

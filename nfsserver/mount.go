@@ -33,7 +33,7 @@ const (
 // mountTable remembers who mounted what, for DUMP and for BranchUsers. It
 // is advisory, as in every NFS server: UMNT may never come.
 type mountTable struct {
-	mu  sync.Mutex // protects the following
+	mu  sync.Mutex               // protects the following
 	m   map[[2]string]mountEntry // by (client name, path)
 	seq uint64                   // of the latest MNT
 }
@@ -175,6 +175,13 @@ func mountUmnt(r *request, d *decoder, e *encoder) error {
 	r.s.mounts.mu.Lock()
 	delete(r.s.mounts.m, [2]string{r.clientName(), p})
 	r.s.mounts.mu.Unlock()
+	// The client is done with the branch: its recent use of the branch's
+	// handles no longer makes the branch in use (BranchUsers).
+	if parts := strings.Split(path.Clean("/" + p)[1:], "/"); parts[0] != "" {
+		if _, info, err := r.s.opts.Branches.View(parts[0]); err == nil {
+			r.s.forgetUse(r.remote, &info.ID)
+		}
+	}
 	return nil
 }
 
@@ -187,6 +194,7 @@ func mountUmntall(r *request, d *decoder, e *encoder) error {
 		}
 	}
 	r.s.mounts.mu.Unlock()
+	r.s.forgetUse(r.remote, nil)
 	return nil
 }
 

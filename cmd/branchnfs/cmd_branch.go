@@ -90,8 +90,13 @@ func runFork(ctx context.Context, o *forkOptions) error {
 
 type nameOptions struct {
 	*globalOptions
-	JSON bool
-	Name string
+	JSON  bool
+	Force bool // commit and abort: even if NFS clients use the branch
+	Name  string
+}
+
+func (o *nameOptions) addForceFlag(cmd *cobra.Command, what string) {
+	cmd.Flags().BoolVar(&o.Force, "force", false, what+" even if NFS clients have the branch mounted or use its files")
 }
 
 func (o *nameOptions) AddFlags(cmd *cobra.Command) {
@@ -105,8 +110,10 @@ func newCommitCommand(g *globalOptions) *cobra.Command {
 		Short: "Apply branch NAME's changes to its parent, atomically",
 		Long: `Apply branch NAME's changes to its parent, all or nothing. Live siblings of
 NAME are invalidated (first commit wins). Refused when a path changed on
-both sides (the conflicting paths are listed) or when NAME has live
-children.`,
+both sides (the conflicting paths are listed), when NAME has live
+children, or when NFS clients use NAME (they mounted /NAME, or used its
+files in the last minute; exit 14, the clients are named): unmount
+first, or pass --force.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name = args[0]
@@ -114,12 +121,17 @@ children.`,
 		},
 	}
 	opts.AddFlags(cmd)
+	opts.addForceFlag(cmd, "commit")
 	return cmd
 }
 
 func runCommit(ctx context.Context, o *nameOptions) error {
 	return withBackend(ctx, o.globalOptions, func(b *backend) error {
-		res, err := b.Commit(ctx, o.Name)
+		commit := b.Commit
+		if o.Force && b.client != nil {
+			commit = b.client.ForceCommit
+		}
+		res, err := commit(ctx, o.Name)
 		if err != nil {
 			return err
 		}
@@ -145,19 +157,27 @@ func newAbortCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "abort NAME",
 		Short: "Discard branch NAME and its descendants",
-		Args:  exactArgs("NAME"),
+		Long: `Discard branch NAME and its descendants. Refused when NFS clients use NAME
+(they mounted /NAME, or used its files in the last minute; exit 14, the
+clients are named): unmount first, or pass --force.`,
+		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name = args[0]
 			return runAbort(cmd.Context(), opts)
 		},
 	}
 	opts.AddFlags(cmd)
+	opts.addForceFlag(cmd, "abort")
 	return cmd
 }
 
 func runAbort(ctx context.Context, o *nameOptions) error {
 	return withBackend(ctx, o.globalOptions, func(b *backend) error {
-		res, err := b.Abort(ctx, o.Name)
+		abort := b.Abort
+		if o.Force && b.client != nil {
+			abort = b.client.ForceAbort
+		}
+		res, err := abort(ctx, o.Name)
 		if err != nil {
 			return err
 		}

@@ -57,7 +57,7 @@ func (o *attemptOptions) runnerOptions(ctx context.Context) (runner.Options, *ba
 		return runner.Options{}, nil, err
 	}
 	dir, _ := o.storeDir()
-	ro := runner.Options{Backend: b, Store: dir, Grace: o.Grace, Timeout: o.Timeout}
+	ro := runner.Options{Backend: attemptBackend{b}, Store: dir, Grace: o.Grace, Timeout: o.Timeout}
 	if o.WorkdirRoot != "" {
 		root, err := filepath.Abs(o.WorkdirRoot)
 		if err != nil {

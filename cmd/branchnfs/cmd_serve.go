@@ -223,6 +223,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		},
 		Logger: logger,
 		Runner: jobRunner(o, s.mgr, dir, &mounted, logger),
+		InUse:  nfs.BranchUsers,
 	})
 	if err != nil {
 		ln.Close()
@@ -264,6 +265,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	g.Go(func() error {
 		<-gctx.Done()
 		unmount()
+		warnMounted(o.stderr, nfs.Mounts())
 		ctl.Close()
 		nfs.Close()
 		return nil

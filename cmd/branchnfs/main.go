@@ -36,6 +36,7 @@ const (
 	exitNoStore     = 11  // no store at --store (run init or serve)
 	exitStoreBusy   = 12  // another process holds the store
 	exitMountFailed = 13  // mount or umount command failed
+	exitInUse       = 14  // commit or abort refused: NFS clients use the branch
 	exitInterrupted = 130 // SIGINT/SIGTERM
 )
 
@@ -104,6 +105,8 @@ func exitCode(err error) int {
 		return exitNoSpace
 	case errors.Is(err, control.ErrBadRequest):
 		return exitUsage
+	case errors.Is(err, control.ErrInUse):
+		return exitInUse
 	}
 	return exitError
 }

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -17,4 +20,15 @@ func allowedUIDs(dir string) []uint32 {
 	}
 	slices.Sort(uids)
 	return slices.Compact(uids)
+}
+
+// warnMounted warns, as the server stops, about the mounts NFS clients
+// have not unmounted: those clients get errors or hang until the server is
+// back.
+func warnMounted(w io.Writer, mounts []string) {
+	if len(mounts) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "branchnfs: warning: stopping while NFS clients have mounted %s: they get errors or hang until the server runs again (unmount first: branchnfs umount DIR)\n",
+		strings.Join(mounts, ", "))
 }

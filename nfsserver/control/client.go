@@ -146,17 +146,33 @@ func (c *Client) ForkCheckpoint(ctx context.Context, parent, label, name string)
 	return res.Info, err
 }
 
-// Commit commits branch name into its parent.
+// Commit commits branch name into its parent. It fails with an
+// *InUseError (ErrInUse) when NFS clients use the branch.
 func (c *Client) Commit(ctx context.Context, name string) (branches.CommitResult, error) {
 	var res branches.CommitResult
 	err := c.do(ctx, http.MethodPost, branchPath(name, "/commit"), nil, &res)
 	return res, err
 }
 
-// Abort discards branch name and its descendants.
+// ForceCommit is Commit even if NFS clients use the branch.
+func (c *Client) ForceCommit(ctx context.Context, name string) (branches.CommitResult, error) {
+	var res branches.CommitResult
+	err := c.do(ctx, http.MethodPost, branchPath(name, "/commit"), ChangeRequest{Force: true}, &res)
+	return res, err
+}
+
+// Abort discards branch name and its descendants. It fails with an
+// *InUseError (ErrInUse) when NFS clients use the branch.
 func (c *Client) Abort(ctx context.Context, name string) (branches.AbortResult, error) {
 	var res branches.AbortResult
 	err := c.do(ctx, http.MethodPost, branchPath(name, "/abort"), nil, &res)
+	return res, err
+}
+
+// ForceAbort is Abort even if NFS clients use the branch.
+func (c *Client) ForceAbort(ctx context.Context, name string) (branches.AbortResult, error) {
+	var res branches.AbortResult
+	err := c.do(ctx, http.MethodPost, branchPath(name, "/abort"), ChangeRequest{Force: true}, &res)
 	return res, err
 }
 

@@ -3,7 +3,9 @@ package control
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/branchnfs/branchnfs/branches"
 )
@@ -18,6 +20,7 @@ const (
 	CodeHasChildren = "has_children" // 409: live children; "children" lists them
 	CodeReadOnly    = "read_only"    // 403: main cannot be committed or aborted
 	CodeNoSpace     = "no_space"     // 507: disk full, nothing changed
+	CodeInUse       = "in_use"       // 409: NFS clients use the branch; "clients" lists them
 	CodeBadRequest  = "bad_request"  // 400: malformed request, unknown endpoint (404)
 	CodeInternal    = "internal"     // 500: anything else
 )
@@ -48,6 +51,24 @@ func (e *Error) Is(target error) bool {
 // ErrBadRequest matches errors with code bad_request.
 var ErrBadRequest = errors.New("control: bad request")
 
+// ErrInUse matches errors with code in_use: a commit or abort refused
+// because NFS clients use the branch.
+var ErrInUse = errors.New("branch in use")
+
+// InUseError is a commit or abort refused because NFS clients use the
+// branch (see nfsserver.Server.BranchUsers). It matches ErrInUse.
+type InUseError struct {
+	Branch  string
+	Clients []string // "CLIENT:PATH mounted", "ADDRESS used its files 5s ago"
+}
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("%v: branch %q is used by NFS clients (%s): unmount it first, or force it (branchnfs commit/abort --force; API: {\"force\": true})",
+		ErrInUse, e.Branch, strings.Join(e.Clients, "; "))
+}
+
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+
 func sentinel(code string) error {
 	switch code {
 	case CodeNotFound:
@@ -68,6 +89,8 @@ func sentinel(code string) error {
 		return branches.ErrNoSpace
 	case CodeBadRequest:
 		return ErrBadRequest
+	case CodeInUse:
+		return ErrInUse
 	}
 	return nil
 }
@@ -93,6 +116,8 @@ func Classify(err error) (code string, status int) {
 		return CodeNoSpace, http.StatusInsufficientStorage
 	case errors.Is(err, ErrBadRequest):
 		return CodeBadRequest, http.StatusBadRequest
+	case errors.Is(err, ErrInUse):
+		return CodeInUse, http.StatusConflict
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return CodeInternal, http.StatusServiceUnavailable
 	}
@@ -112,6 +137,7 @@ type errorDetail struct {
 	Paths         []string `json:"paths,omitempty"`          // conflict
 	Children      []string `json:"children,omitempty"`       // has_children
 	InvalidatedBy string   `json:"invalidated_by,omitempty"` // invalidated
+	Clients       []string `json:"clients,omitempty"`        // in_use
 }
 
 func makeErrorBody(err error) (errorBody, int) {
@@ -120,6 +146,7 @@ func makeErrorBody(err error) (errorBody, int) {
 	var ce *branches.ConflictError
 	var he *branches.HasChildrenError
 	var ie *branches.InvalidatedError
+	var ue *InUseError
 	switch {
 	case errors.As(err, &ce):
 		d.Branch, d.Parent, d.Paths = ce.Branch, ce.Parent, ce.Paths
@@ -127,6 +154,8 @@ func makeErrorBody(err error) (errorBody, int) {
 		d.Branch, d.Children = he.Branch, he.Children
 	case errors.As(err, &ie):
 		d.Branch, d.InvalidatedBy = ie.Branch, ie.By
+	case errors.As(err, &ue):
+		d.Branch, d.Clients = ue.Branch, ue.Clients
 	}
 	return errorBody{Error: d}, status
 }
@@ -141,6 +170,8 @@ func (d errorDetail) toError(status int) error {
 		return &branches.HasChildrenError{Branch: d.Branch, Children: d.Children}
 	case d.Code == CodeInvalidated && d.InvalidatedBy != "":
 		return &branches.InvalidatedError{Branch: d.Branch, By: d.InvalidatedBy}
+	case d.Code == CodeInUse && d.Branch != "":
+		return &InUseError{Branch: d.Branch, Clients: d.Clients}
 	}
 	code := d.Code
 	if sentinel(code) == nil {

@@ -107,6 +107,17 @@ type ServerOptions struct {
 	// Runner runs the attempts of the jobs API (jobs.go); nil: the server
 	// runs none. Its Events field is set per job.
 	Runner *runner.Options
+	// InUse lists the NFS clients that use a branch
+	// (nfsserver.Server.BranchUsers); commit and abort of a branch in use
+	// are refused with code in_use unless the request says "force". nil:
+	// no branch is ever in use.
+	InUse func(branch string) []string
+}
+
+// ChangeRequest is the optional body of the commit and abort endpoints.
+type ChangeRequest struct {
+	// Force commits or aborts even if NFS clients use the branch.
+	Force bool `json:"force,omitempty"`
 }
 
 // Server serves the control API.
@@ -323,7 +334,33 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, ForkResult{Info: in, Export: ExportPath(in.Name)})
 }
 
+// checkInUse decodes the optional ChangeRequest body and refuses, unless
+// forced, to change a branch that NFS clients use.
+func (s *Server) checkInUse(w http.ResponseWriter, r *http.Request) error {
+	var req ChangeRequest
+	if r.ContentLength != 0 {
+		if err := decode(w, r, &req); err != nil {
+			return err
+		}
+	}
+	if req.Force || s.opts.InUse == nil {
+		return nil
+	}
+	name := r.PathValue("name")
+	if in, err := s.opts.Backend.Get(r.Context(), name); err != nil || in.State != branches.StateLive || in.Parent == "" {
+		return nil // the backend refuses it anyway, with the better reason
+	}
+	if users := s.opts.InUse(name); len(users) > 0 {
+		return &InUseError{Branch: name, Clients: users}
+	}
+	return nil
+}
+
 func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
+	if err := s.checkInUse(w, r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	res, err := s.opts.Backend.Commit(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -333,6 +370,10 @@ func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
+	if err := s.checkInUse(w, r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	res, err := s.opts.Backend.Abort(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)

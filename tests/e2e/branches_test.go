@@ -65,7 +65,7 @@ func TestForkIsolationCommitInvalidatesSibling(t *testing.T) {
 		}
 	})
 
-	out := mustCLI(t, store, "commit", "b1")
+	out := mustCLI(t, store, "commit", "b1", "--force")
 	if !strings.Contains(out, "committed b1 into main") || !strings.Contains(out, "invalidated: b2") {
 		t.Fatalf("commit output %q", out)
 	}
@@ -133,7 +133,7 @@ func TestAbortMakesHandlesStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := mustCLI(t, store, "abort", "a1")
+	out := mustCLI(t, store, "abort", "a1", "--force")
 	if out != "aborted a1\n" {
 		t.Fatalf("abort printed %q", out)
 	}
@@ -175,17 +175,17 @@ func TestNestedCommits(t *testing.T) {
 	wantStatus(t, "c3.txt in c1", err, nfs.NFS3ErrNoEnt)
 
 	// A branch with live children cannot be committed.
-	code, _, stderr := cli(t, store, "commit", "c2")
+	code, _, stderr := cli(t, store, "commit", "c2", "--force")
 	if code != 8 || !strings.Contains(stderr, "c3") {
 		t.Fatalf("commit of c2 with live child c3: exit %d %q", code, stderr)
 	}
-	mustCLI(t, store, "commit", "c3")
+	mustCLI(t, store, "commit", "c3", "--force")
 	c2, _ := c.mount(t, "/c2")
 	if got := mustRead(t, c2, "/c3.txt"); string(got) != "from c3" {
 		t.Fatalf("c2/c3.txt = %q", got)
 	}
-	mustCLI(t, store, "commit", "c2")
-	mustCLI(t, store, "commit", "c1")
+	mustCLI(t, store, "commit", "c2", "--force")
+	mustCLI(t, store, "commit", "c1", "--force")
 	mainT, _ := c.mount(t, "/main")
 	for _, b := range levels {
 		if got := mustRead(t, mainT, "/"+b+".txt"); string(got) != "from "+b {

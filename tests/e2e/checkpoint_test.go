@@ -56,13 +56,13 @@ func TestCheckpointRestoreAndServerMtimes(t *testing.T) {
 	if got := mustRead(t, cT, "/f.txt"); string(got) != "v1" {
 		t.Fatalf("c/f.txt = %q", got)
 	}
-	mustCLI(t, store, "abort", "c")
+	mustCLI(t, store, "abort", "c", "--force")
 
 	// A commit landing in main moves main's root mtime.
 	mainT, mainRoot := c.mount(t, "/main")
 	before = mtimeOf(t, mainT, mainRoot)
 	time.Sleep(10 * time.Millisecond)
-	mustCLI(t, store, "commit", "b")
+	mustCLI(t, store, "commit", "b", "--force")
 	if after := mtimeOf(t, mainT, mainRoot); after.Equal(before) {
 		t.Errorf("commit into main left its root mtime at %v (was %v)", after, before)
 	}

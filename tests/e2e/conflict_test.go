@@ -31,7 +31,7 @@ func TestCommitConflictAndMerge(t *testing.T) {
 	writeFile(t, mainT, "/.DS_Store", []byte("finder main"))
 	writeFile(t, x, "/.DS_Store", []byte("finder x"))
 
-	code, _, stderr := cli(t, store, "commit", "x")
+	code, _, stderr := cli(t, store, "commit", "x", "--force")
 	if code != 7 || !strings.Contains(stderr, "shared.txt") || strings.Contains(stderr, ".DS_Store") {
 		t.Fatalf("conflicting commit: exit %d %q", code, stderr)
 	}
@@ -41,7 +41,7 @@ func TestCommitConflictAndMerge(t *testing.T) {
 	}
 	defer cl.Close()
 	var ce *branches.ConflictError
-	if _, err := cl.Commit(context.Background(), "x"); !errors.As(err, &ce) || !reflect.DeepEqual(ce.Paths, []string{"shared.txt"}) {
+	if _, err := cl.ForceCommit(context.Background(), "x"); !errors.As(err, &ce) || !reflect.DeepEqual(ce.Paths, []string{"shared.txt"}) {
 		t.Fatalf("API conflicting commit: %v", err)
 	}
 	// Nothing was applied.
@@ -53,12 +53,12 @@ func TestCommitConflictAndMerge(t *testing.T) {
 	}
 
 	// Changes on different paths merge into a changed parent.
-	mustCLI(t, store, "abort", "x")
+	mustCLI(t, store, "abort", "x", "--force")
 	mustCLI(t, store, "fork", "main", "y")
 	y, _ := c.mount(t, "/y")
 	writeFile(t, y, "/only-y.txt", []byte("y"))
 	writeFile(t, mainT, "/main-later.txt", []byte("later"))
-	out := mustCLI(t, store, "commit", "y")
+	out := mustCLI(t, store, "commit", "y", "--force")
 	if !strings.Contains(out, "merged") {
 		t.Fatalf("commit into a changed parent should merge: %q", out)
 	}

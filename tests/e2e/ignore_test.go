@@ -42,7 +42,7 @@ func TestServeIgnoreAndSillyRenames(t *testing.T) {
 	if len(d.Changes) != 1 || d.Changes[0].Path != "._meta" {
 		t.Fatalf("diff = %+v, want only ._meta", d.Changes)
 	}
-	mustCLI(t, store, "commit", "b")
+	mustCLI(t, store, "commit", "b", "--force")
 	m, _ := c.mount(t, "/main")
 	ents, err := m.ReadDirPlus("/")
 	if err != nil {

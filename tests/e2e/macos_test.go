@@ -252,7 +252,7 @@ func TestMacOSUserOnFreshStore(t *testing.T) {
 		if d := mustCLI(t, store, "diff", "work"); !strings.HasPrefix(d, "0 change(s)") {
 			t.Fatalf("diff of a fresh fork: %q", d)
 		}
-		mustCLI(t, store, "abort", "work")
+		mustCLI(t, store, "abort", "work", "--force")
 	})
 }
 
@@ -330,7 +330,7 @@ func TestMacOSNFDNamesAndMergeMtime(t *testing.T) {
 		}
 		before, _ := mac.getattr(src)
 		time.Sleep(10 * time.Millisecond)
-		out := mustCLI(t, store, "commit", "feature", "--json")
+		out := mustCLI(t, store, "commit", "feature", "--force", "--json")
 		if !strings.Contains(out, `"fast_path": false`) {
 			t.Fatalf("commit took the fast path, so nothing merged: %s", out)
 		}

@@ -64,7 +64,7 @@ func TestReadmeWalkthroughAsRegularUser(t *testing.T) {
 	}
 
 	// branchnfs commit try1: main has idea.txt.
-	mustCLI(t, store, "commit", "try1")
+	mustCLI(t, store, "commit", "try1", "--force")
 	mainFH := mac.mnt("/main")
 	ifh, _, st := mac.lookup(mainFH, "idea.txt")
 	if st != nfsOK {
@@ -85,7 +85,7 @@ func TestReadmeWalkthroughAsRegularUser(t *testing.T) {
 			t.Fatalf("rm try2/%s as the user: %d", n, st)
 		}
 	}
-	mustCLI(t, store, "abort", "try2")
+	mustCLI(t, store, "abort", "try2", "--force")
 	if _, _, st := mac.lookup(mainFH, "idea.txt"); st != nfsOK {
 		t.Fatalf("main lost idea.txt to the aborted try2: %d", st)
 	}
