@@ -144,7 +144,11 @@ type hostAction func(args []string) error
 
 // bootGuest boots the guest with script as /scenario.sh and serves its
 // requests until it powers off or the timeout passes.
-func bootGuest(t *testing.T, img *guestImage, helper, script string, env map[string]string, actions map[string]hostAction, timeout time.Duration) *bootResult {
+// guestFile is an extra file of the initramfs: Src on the host, Path in
+// the guest (no leading slash).
+type guestFile struct{ Path, Src string }
+
+func bootGuest(t *testing.T, img *guestImage, helper, script string, env map[string]string, actions map[string]hostAction, timeout time.Duration, files ...guestFile) *bootResult {
 	t.Helper()
 	dir := t.TempDir()
 	res := &bootResult{steps: map[string]*stepResult{}, console: filepath.Join(dir, "console.log")}
@@ -169,6 +173,14 @@ func bootGuest(t *testing.T, img *guestImage, helper, script string, env map[str
 	c.file("env.sh", 0o644, []byte(envSh.String()))
 	c.file("scenario.sh", 0o644, []byte(script))
 	c.file("bin/mounthelper", 0o755, helperBin)
+	for _, f := range files {
+		b, err := os.ReadFile(f.Src)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		c.file(f.Path, 0o755, b)
+	}
 	c.file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nalice:x:1000:1000:alice:/tmp:/bin/sh\n"))
 	c.file("etc/group", 0o644, []byte("root:x:0:\nalice:x:1000:\n"))
 	base, err := os.ReadFile(img.baseGz)

@@ -75,7 +75,7 @@ func setup(t *testing.T) (*guestImage, string, *nfsServer) {
 
 // runScenario boots the guest with testdata/NAME.sh and reports each of its
 // steps as a subtest, applying knownFailures.
-func runScenario(t *testing.T, name string, srv *nfsServer, img *guestImage, helper string, env map[string]string, actions map[string]hostAction, timeout time.Duration) {
+func runScenario(t *testing.T, name string, srv *nfsServer, img *guestImage, helper string, env map[string]string, actions map[string]hostAction, timeout time.Duration, files ...guestFile) {
 	t.Helper()
 	script, err := os.ReadFile("testdata/" + name + ".sh")
 	if err != nil {
@@ -89,7 +89,7 @@ func runScenario(t *testing.T, name string, srv *nfsServer, img *guestImage, hel
 		env = map[string]string{}
 	}
 	env["NFS_PORT"] = strconv.Itoa(srv.port)
-	res := bootGuest(t, img, helper, string(script), env, actions, timeout)
+	res := bootGuest(t, img, helper, string(script), env, actions, timeout, files...)
 	// Report steps in the order they ran; unreported ones last.
 	order := func(step string) int {
 		if r := res.steps[step]; r != nil {

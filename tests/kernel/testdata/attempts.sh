@@ -1,0 +1,67 @@
+# Attempts through the Linux kernel NFSv3 client: branchnfs runs in the
+# guest, in a mount of the export /, and reaches the server's API through a
+# TCP forward of its control socket ($BRANCHNFS_CONTROL, from env.sh). The
+# trees double-fork (setsid) and keep writing.
+
+export BRANCHNFS_CONTROL BRANCHNFS_STORE=/tmp/store
+bnfs() { _sub=$1; shift; /bin/branchnfs "$_sub" --mount /mnt/all --grace 300ms "$@"; }
+gone() { ! kill -0 "$(cat "$1")" 2>/dev/null; }
+
+mount_root() {
+	nfsmount / /mnt/all actimeo=0 || fail "mount /"
+}
+
+# Every byte the tree wrote, the leader's and a child's that finishes after
+# the leader exits, is in the parent after the commit: exec flushes the
+# mount (syncfs) before it commits.
+exec_commits_every_byte() {
+	host fork main e1 || fail "fork e1"
+	bnfs exec e1 --on-exit commit --grace 30s -- sh -c 'dd if=/dev/urandom of=big bs=64k count=64 2>/dev/null; md5sum < big > /tmp/want; (sleep 0.2; echo late > late.txt) &' || fail "exec exit $?"
+	drop_caches
+	expect_eq "$(md5sum < /mnt/all/main/big)" "$(cat /tmp/want)" "md5 of main/big"
+	expect_eq "$(cat /mnt/all/main/late.txt)" late "main/late.txt from the leader's child"
+}
+
+# A timeout during a write storm: the branch is fenced, the tree (with a
+# setsid grandchild that ignores SIGTERM) is killed, exec returns the
+# leader's status.
+exec_timeout_write_storm() {
+	host fork main e2 || fail "fork e2"
+	bnfs exec e2 --timeout 2s -- sh -c '(setsid sh -c "trap \"\" TERM; echo \$\$ > /tmp/e2.pid; while :; do dd if=/dev/zero of=f\$\$ bs=64k count=4 2>/dev/null; done" &); while :; do echo x >> storm; done'
+	rc=$?
+	expect_eq "$rc" 143 "exit status (SIGTERM)"
+	gone /tmp/e2.pid || fail "grandchild $(cat /tmp/e2.pid) still runs"
+	[ ! -e /mnt/all/e2 ] || fail "e2 still under /"
+}
+
+# The first attempt to succeed commits; the loser, whose setsid grandchild
+# ignores SIGTERM and keeps appending, is killed and leaves nothing.
+race_kills_loser() {
+	out=$(bnfs race main --json -c 'sleep 1; echo win > w.txt' -c '(setsid sh -c "trap \"\" TERM; echo \$\$ > /tmp/loser.pid; while :; do echo l >> l.txt; done" &); sleep 1000') || fail "race exit $?: $out"
+	expect_eq "$(cat /mnt/all/main/w.txt)" win "main/w.txt"
+	gone /tmp/loser.pid || fail "loser grandchild $(cat /tmp/loser.pid) still runs"
+	[ ! -e /mnt/all/main/l.txt ] || fail "the loser's file reached main"
+	case "$out" in *'"killed_by": "sibling"'*) ;; *) fail "no loser killed by its sibling: $out";; esac
+}
+
+# Ctrl-C (SIGINT) of exec: the branch is fenced and the tree killed.
+exec_interrupted() {
+	host fork main e3 || fail "fork e3"
+	# Not through bnfs: $! must be branchnfs itself, not a subshell.
+	/bin/branchnfs exec e3 --mount /mnt/all --grace 300ms -- sh -c 'echo $$ > /tmp/e3.pid; (setsid sh -c "echo \$\$ > /tmp/e3gc.pid; exec sleep 1000" &); while :; do echo y >> y.txt; done' &
+	ex=$!
+	while [ ! -s /tmp/e3gc.pid ]; do sleep 0.1; done
+	kill -INT $ex
+	wait $ex
+	rc=$?
+	expect_eq "$rc" 143 "exit status after SIGINT (the leader's SIGTERM)"
+	gone /tmp/e3.pid || fail "leader still runs"
+	gone /tmp/e3gc.pid || fail "grandchild still runs"
+	[ ! -e /mnt/all/e3 ] || fail "e3 still under /"
+}
+
+step mount_root mount_root
+step exec_commits_every_byte exec_commits_every_byte
+step exec_timeout_write_storm exec_timeout_write_storm
+step race_kills_loser race_kills_loser
+step exec_interrupted exec_interrupted
