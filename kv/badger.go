@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -491,8 +492,8 @@ func (t *badgerTxn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []
 	it := t.t.NewIterator(io)
 	defer it.Close()
 	seek := prefix
-	if start != nil {
-		seek = start
+	if bytes.Compare(start, prefix) > 0 {
+		seek = start // a start before the prefix would end at once
 	}
 	for it.Seek(seek); it.ValidForPrefix(prefix); it.Next() {
 		item := it.Item()

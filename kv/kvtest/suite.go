@@ -317,6 +317,7 @@ func testIteratePrefixBounds(t *testing.T, s kv.Store) {
 		{"p/", "p/b", []string{"p/z\xff"}},
 		{"p/", "p/a", []string{"p/a", "p/z\xff"}},
 		{"p/", "p0", nil}, // start after the prefix
+		{"p/", "o", []string{"p/", "p/a", "p/z\xff"}}, // start before the prefix
 		{"\xff", "", []string{"\xff\xff"}},
 		{"zz", "", nil},
 		{"", "", []string{"o", "p", "p/", "p/a", "p/z\xff", "p0", "p\xff", "q", "\xff\xff"}},
