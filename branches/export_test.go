@@ -21,3 +21,7 @@ func (m *Manager) Views() (all, gone int) {
 	}
 	return all, gone
 }
+
+// SetMergeHook makes fn run while a commit merges with the parent's view
+// unlocked.
+func (m *Manager) SetMergeHook(fn func()) { m.mergeHook = fn }

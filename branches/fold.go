@@ -30,6 +30,7 @@ func (m *Manager) Fold(ctx context.Context) (int, error) {
 			return folded, err
 		}
 		folded++
+		m.metrics.folded.Add(1)
 	}
 	return folded, ctx.Err()
 }

@@ -260,23 +260,11 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		delta, _ = splitAtBase(cstack, c.rec.Base)
 	} else {
 		_, bstack := splitAtBase(cstack, c.rec.Base)
-		dst, err := m.alloc.NewLayerID(ctx)
-		if err != nil {
+		var applied int
+		if prec, newStack, applied, err = m.mergeUnlocked(ctx, c, p, pfs, cstack, pstack, bstack); err != nil {
 			return res, err
 		}
-		if err := m.store.Update(ctx, func(tx kv.Txn) error { return cowfs.PutLayer(tx, dst, pstack[0]) }); err != nil {
-			return res, mapErr(err)
-		}
-		conflicts, applied, err := cowfs.Merge(ctx, cfs, cstack, pstack, bstack, dst, m.ignore)
-		if err != nil {
-			return res, fmt.Errorf("branches: merge %s into %s: %w", name, p.rec.Name, mapErr(err))
-		}
-		if len(conflicts) > 0 {
-			return res, &ConflictError{Branch: name, Parent: p.rec.Name, Paths: conflicts}
-		}
-		prec.Top = dst
 		res.Changes = applied
-		newStack = append([]cowfs.LayerID{dst}, pstack...)
 	}
 	crec := c.rec
 	crec.State = StateCommitted
@@ -350,6 +338,92 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		return res, fmt.Errorf("branches: commit %s applied but not yet durable: %w", name, mapErr(err))
 	}
 	return res, nil
+}
+
+// mergeUnlocked merges the child's changes (cstack over bstack) into the
+// parent without holding the parent's view lock for the merge, and returns
+// the parent's new record and stack. The caller holds opMu and Lock on both
+// views; pfs is locked again when it returns, whatever it returns.
+//
+// Under the lock it freezes the parent's top under a fresh layer f that
+// takes the parent's writes meanwhile (as a fork does, in one small
+// transaction), then merges into dst over the frozen stack with the lock
+// released, so the parent's clients go on reading and writing. Under the
+// lock again: if f stayed empty the result is dst over the frozen stack;
+// otherwise what the parent wrote meanwhile is merged over dst into dst2
+// (a merge of f's changes only), and a path both sides changed is a
+// conflict, as it would have been had the parent written it before the
+// commit. On any error the parent keeps f with its writes.
+func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.FS, cstack, frozen, bstack []cowfs.LayerID) (record, []cowfs.LayerID, int, error) {
+	name := c.rec.Name
+	f, err := m.alloc.NewLayerID(ctx)
+	if err != nil {
+		return record{}, nil, 0, err
+	}
+	dst, err := m.alloc.NewLayerID(ctx)
+	if err != nil {
+		return record{}, nil, 0, err
+	}
+	prec := p.rec
+	prec.Top = f
+	err = m.store.Update(ctx, func(tx kv.Txn) error {
+		if err := cowfs.PutLayer(tx, f, frozen[0]); err != nil {
+			return err
+		}
+		if err := cowfs.PutLayer(tx, dst, frozen[0]); err != nil {
+			return err
+		}
+		return putRecord(tx, prec)
+	})
+	if err != nil {
+		return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
+	}
+	pfs.SetFreshStackLocked(append([]cowfs.LayerID{f}, frozen...))
+	m.mu.Lock()
+	p.rec = prec
+	m.mu.Unlock()
+
+	pfs.Unlock()
+	if m.mergeHook != nil {
+		m.mergeHook()
+	}
+	conflicts, applied, err := cowfs.Merge(ctx, c.fs, cstack, frozen, bstack, dst, m.ignore)
+	pfs.Lock()
+	if err != nil {
+		return record{}, nil, 0, fmt.Errorf("branches: merge %s into %s: %w", name, p.rec.Name, mapErr(err))
+	}
+	if len(conflicts) > 0 {
+		return record{}, nil, 0, &ConflictError{Branch: name, Parent: p.rec.Name, Paths: conflicts}
+	}
+	empty := !pfs.TopDirty()
+	if !empty {
+		if empty, err = m.layerEmpty(ctx, f); err != nil {
+			return record{}, nil, 0, err
+		}
+	}
+	if empty {
+		prec.Top = dst
+		return prec, append([]cowfs.LayerID{dst}, frozen...), applied, nil
+	}
+	// The parent wrote during the merge: merge that (small) change over
+	// the result.
+	dst2, err := m.alloc.NewLayerID(ctx)
+	if err != nil {
+		return record{}, nil, 0, err
+	}
+	if err := m.store.Update(ctx, func(tx kv.Txn) error { return cowfs.PutLayer(tx, dst2, dst) }); err != nil {
+		return record{}, nil, 0, mapErr(err)
+	}
+	merged := append([]cowfs.LayerID{dst}, frozen...)
+	conflicts, _, err = cowfs.MergeKeepSilly(ctx, pfs, append([]cowfs.LayerID{f}, frozen...), merged, frozen, dst2, m.ignore)
+	if err != nil {
+		return record{}, nil, 0, fmt.Errorf("branches: merge %s into %s: %w", name, p.rec.Name, mapErr(err))
+	}
+	if len(conflicts) > 0 {
+		return record{}, nil, 0, &ConflictError{Branch: name, Parent: p.rec.Name, Paths: conflicts}
+	}
+	prec.Top = dst2
+	return prec, append([]cowfs.LayerID{dst2}, merged...), applied, nil
 }
 
 // Abort discards branch name and its descendants at once; their storage is

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/branchnfs/branchnfs/cowfs"
@@ -147,6 +148,14 @@ type Manager struct {
 	mu     sync.RWMutex // protects the following; taken last
 	byID   map[BranchID]*branch
 	byName map[string]*branch // live and invalidated branches
+
+	// mergeHook, when set (tests), runs while a commit merges with the
+	// parent's view unlocked.
+	mergeHook func()
+
+	metrics struct {
+		passes, layers, blocks, folded atomic.Int64
+	}
 
 	reclaim chan struct{}
 	cancel  context.CancelFunc
@@ -350,6 +359,22 @@ func (m *Manager) ViewByID(id BranchID) (*cowfs.FS, Info, error) {
 		return nil, Info{}, fmt.Errorf("%w: branch %q was %s", ErrStale, b.rec.Name, b.rec.State)
 	}
 	return b.fs, m.infoLocked(b), nil
+}
+
+// Metrics is a snapshot of the Manager's background work.
+type Metrics struct {
+	// BackgroundPasses counts the passes of the background reclaimer
+	// (reclaim, fold, reclaim again if it folded) that ended.
+	BackgroundPasses int64 `json:"background_passes"`
+	ReclaimedLayers  int64 `json:"reclaimed_layers"`
+	ReclaimedBlocks  int64 `json:"reclaimed_blocks"`
+	FoldedLayers     int64 `json:"folded_layers"`
+}
+
+// Metrics returns a snapshot of the Manager's background work.
+func (m *Manager) Metrics() Metrics {
+	return Metrics{BackgroundPasses: m.metrics.passes.Load(), ReclaimedLayers: m.metrics.layers.Load(),
+		ReclaimedBlocks: m.metrics.blocks.Load(), FoldedLayers: m.metrics.folded.Load()}
 }
 
 // Secret returns the store's random 32-byte key for MACs on file handles.

@@ -39,6 +39,7 @@ func (m *Manager) reclaimLoop(ctx context.Context) {
 		m.gc.mu.Lock()
 		m.reclaimPass(ctx)
 		m.gc.mu.Unlock()
+		m.metrics.passes.Add(1)
 	}
 }
 
@@ -65,6 +66,11 @@ func (m *Manager) reclaimPass(ctx context.Context) {
 	}
 	m.sweptBlocks(ctx, st.Blocks)
 }
+
+// sweepBatch is how many blocks one sweep transaction deletes. Each runs
+// under the tracker's write lock, which every data write waits for, so it
+// stays small: a few milliseconds.
+const sweepBatch = 256
 
 // ReclaimStats tells what a reclamation pass removed.
 type ReclaimStats struct {
@@ -166,6 +172,7 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 	m.opMu.Unlock()
 	defer m.tracker.End()
 	defer snap.Discard()
+	m.metrics.layers.Add(int64(st.Layers))
 	if liveErr != nil {
 		return st, liveErr
 	}
@@ -188,8 +195,8 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 	if err != nil {
 		return st, err
 	}
-	for i := 0; i < len(cands); i += 1000 {
-		batch := cands[i:min(i+1000, len(cands))]
+	for i := 0; i < len(cands); i += sweepBatch {
+		batch := cands[i:min(i+sweepBatch, len(cands))]
 		err := m.tracker.Sweep(func(seen func([]byte) bool) error {
 			return m.store.Update(ctx, func(tx kv.Txn) error {
 				for _, h := range batch {
@@ -207,6 +214,7 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 			return st, err
 		}
 		st.Blocks += len(batch)
+		m.metrics.blocks.Add(int64(len(batch)))
 	}
 	return st, nil
 }

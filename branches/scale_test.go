@@ -56,6 +56,16 @@ func TestGoneViewsReleased(t *testing.T) {
 			t.Errorf("GetAttr on the released view of branch %d: %v, want ESTALE", g.id, err)
 		}
 	}
+	before := m.Metrics()
+	st, err := m.Reclaim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := m.Metrics()
+	if st.Layers == 0 || after.ReclaimedLayers-before.ReclaimedLayers != int64(st.Layers) ||
+		after.ReclaimedBlocks-before.ReclaimedBlocks != int64(st.Blocks) {
+		t.Fatalf("reclaim removed %+v; metrics went from %+v to %+v", st, before, after)
+	}
 	if got := read(t, m, "main", "f36"); got != "data" {
 		t.Fatalf("main/f36 = %q, want the committed data", got)
 	}

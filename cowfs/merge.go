@@ -25,6 +25,17 @@ import (
 // is any view of the store (its options are used). Merge takes no view
 // locks, so callers may hold them.
 func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
+	return merge(ctx, f, cs, ps, bs, dst, ignore, false)
+}
+
+// MergeKeepSilly is Merge for changes that stay in use, such as what a
+// parent wrote while a commit merged into it: silly-renamed files are
+// kept, because the clients that renamed them still have them open.
+func MergeKeepSilly(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
+	return merge(ctx, f, cs, ps, bs, dst, ignore, true)
+}
+
+func merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool, keepSilly bool) ([]string, int, error) {
 	child := NewWithStack(f.store, f.alloc, cs, f.opts)
 	parent := NewWithStack(f.store, f.alloc, ps, f.opts)
 	base := NewWithStack(f.store, f.alloc, bs, f.opts)
@@ -60,9 +71,11 @@ func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 			return err
 		}
 		cst, pst, bst := state{stack: cs}, state{stack: ps}, state{stack: bs}
-		silly, err := dropSilly(tx, cd, base, bst)
-		if err != nil {
-			return err
+		var silly []entryID
+		if !keepSilly {
+			if silly, err = dropSilly(tx, cd, base, bst); err != nil {
+				return err
+			}
 		}
 		nameOf := func(n *inode, f *FS, st state) string {
 			if p, err := f.pathInTx(tx, st, n.Ino); err == nil {

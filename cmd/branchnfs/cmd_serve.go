@@ -219,6 +219,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 				st.Mount = *m
 			}
 			st.HeapLive = heapLive()
+			st.Branches = s.mgr.Metrics()
 			return st
 		},
 		Logger: logger,

@@ -68,6 +68,9 @@ type Status struct {
 	// HeapLive is the Go heap the last garbage collection kept: the
 	// server's own memory, without the collector's slack.
 	HeapLive int64 `json:"heap_live_bytes,omitempty"`
+	// Branches holds the branch manager's counters of background work
+	// (reclaim passes, reclaimed layers and blocks, folded layers).
+	Branches any `json:"branches,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/branches.

@@ -1,0 +1,86 @@
+package branches_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/branches"
+)
+
+// TestMergeLeavesParentUsable checks that the parent's view serves reads
+// and writes while a merge commit runs, and that what it wrote meanwhile
+// is kept, merged with the child's changes or reported as a conflict.
+func TestMergeLeavesParentUsable(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		during   map[string]string // written to main while the merge runs
+		conflict bool
+		want     map[string]string // main afterwards
+	}{
+		{"parent idle", nil, false,
+			map[string]string{"a": "child", "x": "main", "e/k": "child"}},
+		{"parent writes elsewhere", map[string]string{"during": "main2", "e/m": "main2"}, false,
+			map[string]string{"a": "child", "x": "main", "e/k": "child", "during": "main2", "e/m": "main2"}},
+		{"parent silly-renames", map[string]string{".nfs.0000abcd.0001": "open"}, false,
+			map[string]string{"a": "child", ".nfs.0000abcd.0001": "open"}},
+		{"parent writes the same path", map[string]string{"a": "main2"}, true,
+			map[string]string{"a": "main2", "x": "main", "e/k": "<missing>"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			m := newManager(t)
+			write(t, m, "main", "e/base", "base")
+			must(m.Fork(ctx, "main", "c"))(t)
+			write(t, m, "c", "a", "child")
+			write(t, m, "c", "e/k", "child")
+			write(t, m, "main", "x", "main") // the parent changed: merge path
+			ran := false
+			m.SetMergeHook(func() {
+				ran = true
+				// With the parent locked, these would deadlock.
+				if got := read(t, m, "main", "x"); got != "main" {
+					t.Errorf("main/x during the merge = %q, want main", got)
+				}
+				for p, v := range tc.during {
+					write(t, m, "main", p, v)
+				}
+			})
+			res, err := m.Commit(ctx, "c")
+			if !ran {
+				t.Fatal("the merge hook did not run: the commit took the fast path")
+			}
+			var ce *branches.ConflictError
+			switch {
+			case tc.conflict && !errors.As(err, &ce):
+				t.Fatalf("commit: %v, want a conflict", err)
+			case !tc.conflict && err != nil:
+				t.Fatalf("commit: %v", err)
+			case !tc.conflict && res.FastPath:
+				t.Fatal("commit took the fast path")
+			}
+			for p, v := range tc.want {
+				if got := read(t, m, "main", p); got != v {
+					t.Errorf("main/%s = %q, want %q", p, got, v)
+				}
+			}
+			if tc.conflict {
+				// The child is still there, and main still writable.
+				if got := read(t, m, "c", "a"); got != "child" {
+					t.Errorf("c/a after the conflict = %q, want child", got)
+				}
+				write(t, m, "main", "after", "ok")
+				must(m.Abort(ctx, "c"))(t)
+			}
+			// Everything reopens the same.
+			if _, err := m.Reclaim(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for p, v := range tc.want {
+				if got := read(t, m, "main", p); got != v {
+					t.Errorf("after reclaim: main/%s = %q, want %q", p, got, v)
+				}
+			}
+		})
+	}
+}
