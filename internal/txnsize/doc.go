@@ -8,5 +8,6 @@
 //
 //	go test -v -run TestReport ./internal/txnsize/
 //
-// docs/design.md ("Scale-out backend") records the figures.
+// docs/design.md ("Scale-out backend") records the figures. A second test
+// runs the branch lifecycle on a 3-member etcd cluster through kv/etcdkv.
 package txnsize

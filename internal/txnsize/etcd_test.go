@@ -1,0 +1,94 @@
+package txnsize_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/branches/branchestest"
+	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/internal/txnsize"
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv/etcdtest"
+)
+
+// TestBranchesOnEtcd runs the branch lifecycle on a 3-member etcd cluster:
+// what the report says fits works, and a merge too big for one etcd
+// transaction fails with kv.ErrTxnTooBig and leaves the parent as it was.
+func TestBranchesOnEtcd(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	rec := txnsize.New(c.NewStore(t, etcdkv.Options{}))
+	e := &env{t: t, rec: rec, m: branchestest.NewManager(t, branches.Options{Store: rec, ReclaimDelay: -1})}
+
+	// A 1 MiB NFS WRITE, read back.
+	e.fork("main", "w")
+	fs := e.view("w")
+	a, err := fs.Create(cowfs.RootIno, "big", cowfs.CreateGuarded, cowfs.NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := randomData(1<<20, 4)
+	if _, err := fs.WriteAt(a.Ino, data, 0); err != nil {
+		t.Fatalf("1 MiB write on etcd: %v", err)
+	}
+	if got := e.read("w", "big"); got != string(data) {
+		t.Fatalf("1 MiB file read back as %d bytes, not what was written", len(got))
+	}
+	// Fast-path commit of 20 files, then a merge of 10.
+	e.files("w", "d", 20, 4096)
+	e.commit("w")
+	e.fork("main", "m")
+	e.files("m", "e", 10, 4096)
+	e.files("main", "x", 1, 100)
+	if res := e.commit("m"); res.FastPath || res.Changes == 0 {
+		t.Fatalf("commit of m: %+v, want a merge", res)
+	}
+	if got := len(e.read("main", "e/f00009")); got != 4096 {
+		t.Fatalf("merged file has %d bytes", got)
+	}
+	// Abort and reclaim of a small branch.
+	e.fork("main", "gone")
+	e.files("gone", "g", 10, 4096)
+	if _, err := e.m.Abort(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Reclaim(ctx); err != nil {
+		t.Fatalf("reclaim on etcd: %v", err)
+	}
+
+	// Today's limit: a merge of 100 files writes 300 keys in one batch.
+	e.fork("main", "huge")
+	e.files("huge", "h", 100, 4096)
+	e.files("main", "y", 1, 100)
+	_, err = e.m.Commit(ctx, "huge")
+	if !errors.Is(err, kv.ErrTxnTooBig) {
+		t.Fatalf("merge of 100 files on etcd: %v, want kv.ErrTxnTooBig", err)
+	}
+	if got := e.read("main", "h/f00000"); got != "<missing>" {
+		t.Errorf("a failed merge left h/f00000 in main: %d bytes", len(got))
+	}
+	if got := len(e.read("main", "e/f00009")); got != 4096 {
+		t.Errorf("after a failed merge main's e/f00009 has %d bytes", got)
+	}
+	if got := len(e.read("huge", "h/f00099")); got != 4096 {
+		t.Errorf("after a failed merge the branch's h/f00099 has %d bytes", got)
+	}
+}
+
+// read returns p's content in branch, or "<missing>".
+func (e *env) read(branch, p string) string {
+	e.t.Helper()
+	f, err := e.view(branch).Billy().Open(p)
+	if err != nil {
+		return "<missing>"
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		e.t.Fatal(fmt.Errorf("read %s in %s: %w", p, branch, err))
+	}
+	return string(b)
+}
