@@ -52,7 +52,7 @@ type BadgerOptions struct {
 	// Logger receives Badger's warnings and errors (default slog.Default()).
 	Logger *slog.Logger
 	// ValueLogFileSize is the size at which Badger starts a new value log
-	// (default 64 MiB, at least 1 MiB). Value-log GC frees whole files and
+	// (default 32 MiB, at least 1 MiB). Value-log GC frees whole files and
 	// never the one being written, so smaller files give space back in
 	// smaller steps; each is one open file and mapping.
 	ValueLogFileSize int64
@@ -85,7 +85,7 @@ func (o *BadgerOptions) EnsureDefaults() {
 		o.Logger = slog.Default()
 	}
 	if o.ValueLogFileSize <= 0 {
-		o.ValueLogFileSize = 64 << 20
+		o.ValueLogFileSize = 32 << 20
 	}
 	o.ValueLogFileSize = min(max(o.ValueLogFileSize, 1<<20), 1<<30)
 }

@@ -50,9 +50,14 @@ var (
 //
 //  1. rotates the value log when the one being written holds much (with
 //     filler values it deletes at once), so that it can be collected too;
-//  2. flushes the memtables and compacts level 0 (DropPrefix of a marker
-//     key: writes wait meanwhile, Update retries them), and flattens the
-//     tree, so that every deleted value's garbage is counted;
+//  2. flushes the memtable by filling it with filler values it deletes at
+//     once (Badger flushes a full memtable in the background; its only
+//     flush on demand, DropPrefix, makes every write wait), waits for the
+//     flush, and flattens the tree, so that every deleted value's garbage
+//     is counted. When all the tree is in level 0 (a young store, where
+//     Flatten does nothing), DropPrefix of a marker key flushes and
+//     compacts level 0 instead: writes wait meanwhile (Update retries
+//     them), for a flush and a small level 0;
 //  3. rewrites value logs, one file per step, until none holds enough
 //     garbage (reclaimDiscardRatio). Each step keeps an iterator open until
 //     the moved values are synced, so Badger deletes the old file only once
@@ -77,13 +82,19 @@ func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
 	if err := s.rotateValueLog(ctx); err != nil {
 		return st, fmt.Errorf("kv: reclaim space: rotate the value log: %w", err)
 	}
-	if err := s.Update(ctx, func(tx Txn) error { return tx.Set(flushPrefix, []byte{1}) }); err != nil {
-		return st, fmt.Errorf("kv: reclaim space: %w", err)
-	}
-	if err := s.use(func() error { return mapErr(s.db.DropPrefix(flushPrefix)) }); err != nil {
+	if s.onlyLevel0() {
+		// A young tree: level 0 is small, and Flatten leaves a tree of
+		// one level alone.
+		if err := s.Update(ctx, func(tx Txn) error { return tx.Set(flushPrefix, []byte{1}) }); err != nil {
+			return st, fmt.Errorf("kv: reclaim space: %w", err)
+		}
+		if err := s.use(func() error { return mapErr(s.db.DropPrefix(flushPrefix)) }); err != nil {
+			return st, fmt.Errorf("kv: reclaim space: flush and compact level 0: %w", err)
+		}
+	} else if err := s.flushMemtable(ctx); err != nil {
 		return st, fmt.Errorf("kv: reclaim space: flush: %w", err)
 	}
-	if err := s.use(func() error { return mapErr(s.db.Flatten(2)) }); err != nil {
+	if err := s.use(func() error { return mapErr(s.db.Flatten(1)) }); err != nil {
 		return st, fmt.Errorf("kv: reclaim space: compact: %w", err)
 	}
 	for st.Rewrites < maxRewrites {
@@ -133,19 +144,100 @@ func (s *badgerStore) rotateValueLog(ctx context.Context) error {
 	return nil
 }
 
+// flushMemtable fills the memtable with filler values, deleted in the
+// next transaction each time, until Badger starts a new one, and waits
+// until Badger has flushed the full one to a table (its log file goes).
+func (s *badgerStore) flushMemtable(ctx context.Context) error {
+	mem, _, err := s.newestFile(".mem")
+	if err != nil || mem == 0 {
+		return err
+	}
+	// Values stay in the memtable below the value threshold.
+	val := make([]byte, max(min(s.opts.ValueThreshold-64, 960), 16))
+	const batch = 1024
+	keys := make([][]byte, batch)
+	for i := range keys {
+		keys[i] = append(append([]byte(nil), fillPrefix...), fmt.Sprintf("m%04d", i)...)
+	}
+	rotated := false
+	for written := int64(0); written < 4*s.opts.MemTableSize && !rotated; written += batch * int64(len(val)) {
+		if err := s.Update(ctx, func(tx Txn) error {
+			for _, k := range keys {
+				if err := tx.Set(k, val); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := s.Update(ctx, func(tx Txn) error {
+			for _, k := range keys {
+				if err := tx.Delete(k); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		now, _, err := s.newestFile(".mem")
+		if err != nil {
+			return err
+		}
+		rotated = now != mem
+	}
+	// The flush runs in the background; readers may hold the memtable a
+	// little longer. Waiting longer gains nothing: what the flush would
+	// have given back waits for the next ReclaimSpace.
+	old := filepath.Join(s.dir, fmt.Sprintf("%05d.mem", mem))
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		if _, err := os.Stat(old); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// onlyLevel0 reports whether every table of the tree is in level 0.
+func (s *badgerStore) onlyLevel0() bool {
+	only := true
+	s.use(func() error {
+		for _, l := range s.db.Levels() {
+			if l.Level > 0 && l.NumTables > 0 {
+				only = false
+			}
+		}
+		return nil
+	})
+	return only
+}
+
 // activeValueLog returns the id of the value log Badger writes to and the
 // bytes allocated to it.
 func (s *badgerStore) activeValueLog() (fid int64, used int64, err error) {
+	return s.newestFile(".vlog")
+}
+
+// newestFile returns the highest id among Badger's files with extension
+// ext (.vlog or .mem: the one being written) and the bytes allocated to
+// it; 0 when there is none.
+func (s *badgerStore) newestFile(ext string) (fid int64, used int64, err error) {
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
 		return 0, 0, err
 	}
 	var name string
 	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), ".vlog") {
+		if !strings.HasSuffix(e.Name(), ext) {
 			continue
 		}
-		id, err := strconv.ParseInt(strings.TrimSuffix(e.Name(), ".vlog"), 10, 64)
+		id, err := strconv.ParseInt(strings.TrimSuffix(e.Name(), ext), 10, 64)
 		if err == nil && id >= fid {
 			fid, name = id, e.Name()
 		}
@@ -154,6 +246,9 @@ func (s *badgerStore) activeValueLog() (fid int64, used int64, err error) {
 		return 0, 0, nil
 	}
 	fi, err := os.Stat(filepath.Join(s.dir, name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return fid, 0, nil
+	}
 	if err != nil {
 		return 0, 0, err
 	}
