@@ -9,6 +9,7 @@
 //
 //	mounthelper mount SOURCE TARGET OPTIONS   mount(2) of type nfs
 //	mounthelper runas UID GID CMD [ARG...]    drop to uid/gid, then exec CMD
+//	mounthelper mmapwrite FILE SIZE           write FILE through mmap only; print its MD5
 package main
 
 import (

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/md5"
 	"fmt"
 	"os"
 	"os/exec"
@@ -52,6 +53,15 @@ func run(args []string) error {
 			return fmt.Errorf("setresuid: %w", err)
 		}
 		return syscall.Exec(path, args[3:], os.Environ())
+	case "mmapwrite":
+		if len(args) != 3 {
+			return fmt.Errorf("usage: mounthelper mmapwrite FILE SIZE")
+		}
+		size, err := strconv.Atoi(args[2])
+		if err != nil || size <= 0 {
+			return fmt.Errorf("bad size %q", args[2])
+		}
+		return mmapWrite(args[1], size)
 	default:
 		return fmt.Errorf("unknown command %q", args[0])
 	}
@@ -79,4 +89,29 @@ func mountFlags(opts string) (flags uintptr, data string) {
 		rest = append(rest, o)
 	}
 	return flags, strings.Join(rest, ",")
+}
+
+// mmapWrite fills a new file through a shared mapping, closing the file
+// before it writes: close() then cannot flush the pages, which stay dirty
+// in the page cache after the process exits, until writeback or a sync of
+// the file system. It prints the MD5 of what it wrote.
+func mmapWrite(path string, size int) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(int64(size)); err != nil {
+		f.Close()
+		return err
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	for i := range m {
+		m[i] = byte(i*7 + i/4093)
+	}
+	fmt.Printf("%x\n", md5.Sum(m))
+	return unix.Munmap(m)
 }

@@ -12,13 +12,16 @@ mount_root() {
 }
 
 # Every byte the tree wrote, the leader's and a child's that finishes after
-# the leader exits, is in the parent after the commit: exec flushes the
-# mount (syncfs) before it commits.
+# the leader exits, is in the parent after the commit, including pages
+# written through mmap after the file was closed, which nothing but
+# writeback or a sync sends: exec flushes the mount (syncfs) before it
+# commits.
 exec_commits_every_byte() {
 	host fork main e1 || fail "fork e1"
-	bnfs exec e1 --on-exit commit --grace 30s -- sh -c 'dd if=/dev/urandom of=big bs=64k count=64 2>/dev/null; md5sum < big > /tmp/want; (sleep 0.2; echo late > late.txt) &' || fail "exec exit $?"
+	bnfs exec e1 --on-exit commit --grace 30s -- sh -c 'dd if=/dev/urandom of=big bs=64k count=64 2>/dev/null; md5sum < big > /tmp/want; /bin/mounthelper mmapwrite mapped 1048576 > /tmp/want-mapped; (sleep 0.2; echo late > late.txt) &' || fail "exec exit $?"
 	drop_caches
 	expect_eq "$(md5sum < /mnt/all/main/big)" "$(cat /tmp/want)" "md5 of main/big"
+	expect_eq "$(md5sum < /mnt/all/main/mapped | cut -d' ' -f1)" "$(cat /tmp/want-mapped)" "md5 of main/mapped (written through mmap)"
 	expect_eq "$(cat /mnt/all/main/late.txt)" late "main/late.txt from the leader's child"
 }
 
