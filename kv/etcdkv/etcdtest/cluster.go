@@ -35,6 +35,7 @@ type Options struct {
 type Cluster struct {
 	// Endpoints are the members' client URLs.
 	Endpoints []string
+	cfgs      []*embed.Config // read only
 	members   []*embed.Etcd
 	stopped   []bool
 	prefixes  atomic.Int64
@@ -69,10 +70,7 @@ func StartCluster(tb testing.TB, opts Options) *Cluster {
 		}
 		initial = append(initial, fmt.Sprintf("m%d=%s", i, addrs[i].peer.String()))
 	}
-	c := &Cluster{stopped: make([]bool, opts.Members)}
-	errs := make([]error, opts.Members)
-	var wg sync.WaitGroup
-	c.members = make([]*embed.Etcd, opts.Members)
+	c := &Cluster{stopped: make([]bool, opts.Members), members: make([]*embed.Etcd, opts.Members)}
 	for i := range addrs {
 		cfg := embed.NewConfig()
 		cfg.Name = fmt.Sprintf("m%d", i)
@@ -99,20 +97,41 @@ func StartCluster(tb testing.TB, opts Options) *Cluster {
 			cfg.QuotaBackendBytes = opts.QuotaBackendBytes
 		}
 		c.Endpoints = append(c.Endpoints, addrs[i].client.String())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.members[i], errs[i] = embed.StartEtcd(cfg)
-		}()
+		c.cfgs = append(c.cfgs, cfg)
+	}
+	tb.Cleanup(c.stopAll)
+	c.start(tb)
+	return c
+}
+
+// start starts every member that is not running, in parallel (a member
+// is ready only once a majority runs), and waits until all are ready.
+func (c *Cluster) start(tb testing.TB) {
+	tb.Helper()
+	errs := make([]error, len(c.cfgs))
+	var wg sync.WaitGroup
+	var started []int
+	for i, cfg := range c.cfgs {
+		if c.members[i] != nil && !c.stopped[i] {
+			continue
+		}
+		started = append(started, i)
+		wg.Go(func() {
+			m, err := embed.StartEtcd(cfg)
+			if err == nil {
+				c.members[i], c.stopped[i] = m, false
+			}
+			errs[i] = err
+		})
 	}
 	wg.Wait()
-	tb.Cleanup(c.stopAll)
-	for i, err := range errs {
-		if err != nil {
-			tb.Fatalf("etcdtest: start member %d: %v", i, err)
+	for _, i := range started {
+		if errs[i] != nil {
+			tb.Fatalf("etcdtest: start member %d: %v", i, errs[i])
 		}
 	}
-	for i, m := range c.members {
+	for _, i := range started {
+		m := c.members[i]
 		select {
 		case <-m.Server.ReadyNotify():
 		case err := <-m.Err():
@@ -121,7 +140,14 @@ func StartCluster(tb testing.TB, opts Options) *Cluster {
 			tb.Fatalf("etcdtest: member %d not ready after 60 s", i)
 		}
 	}
-	return c
+}
+
+// Restart stops every member and starts them again from their data
+// directories, on the same ports. Clients reconnect by themselves.
+func (c *Cluster) Restart(tb testing.TB) {
+	tb.Helper()
+	c.stopAll()
+	c.start(tb)
 }
 
 // Stop stops member i, as a crash would for its clients.
@@ -155,11 +181,15 @@ func (c *Cluster) stopAll() {
 	}
 }
 
-// NewStore opens an etcdkv store on c under a fresh key prefix, closed when
-// tb ends. Zero fields of opts get etcdkv's defaults; Prefix is replaced.
+// NewStore opens an etcdkv store on c, closed when tb ends, with its own
+// client. Zero fields of opts get etcdkv's defaults; an empty Prefix gets a
+// fresh one, and a store opened with the Prefix of another shares its keys,
+// as a second server would.
 func (c *Cluster) NewStore(tb testing.TB, opts etcdkv.Options) kv.Store {
 	tb.Helper()
-	opts.Prefix = fmt.Sprintf("/etcdtest/%d/", c.prefixes.Add(1))
+	if opts.Prefix == "" {
+		opts.Prefix = fmt.Sprintf("/etcdtest/%d/", c.prefixes.Add(1))
+	}
 	s, err := etcdkv.Open(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 10 * time.Second}, opts)
 	if err != nil {
 		tb.Fatalf("etcdtest: %v", err)

@@ -1,9 +1,13 @@
 package etcdtest_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,7 +47,78 @@ func TestCluster(t *testing.T) {
 	})
 	t.Run("Limits", func(t *testing.T) { testLimits(t, c) })
 	t.Run("PhantomConflicts", func(t *testing.T) { testPhantomConflicts(t, c) })
+	t.Run("TwoClients", func(t *testing.T) { testTwoClients(t, c) })
 	t.Run("Compacted", func(t *testing.T) { testCompacted(t, c) }) // last: it compacts every store's history
+}
+
+// testTwoClients: two stores on the same keys, each with its own client, as
+// two servers would have: no increment is lost, and of two transactions
+// that claim the same key at the same moment exactly one wins.
+func testTwoClients(t *testing.T, c *etcdtest.Cluster) {
+	a := c.NewStore(t, etcdkv.Options{Prefix: "/etcdtest/shared/"})
+	b := c.NewStore(t, etcdkv.Options{Prefix: "/etcdtest/shared/"})
+	var wg sync.WaitGroup
+	for _, s := range []kv.Store{a, b, a, b} {
+		wg.Go(func() {
+			for i := 0; i < 15; i++ {
+				err := s.Update(ctx, func(tx kv.Txn) error {
+					n := 0
+					v, err := tx.Get([]byte("ctr"))
+					if err == nil {
+						n, err = strconv.Atoi(string(v))
+					}
+					if err != nil && !errors.Is(err, kv.ErrNotFound) {
+						return err
+					}
+					return tx.Set([]byte("ctr"), strconv.AppendInt(nil, int64(n+1), 10))
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	err := b.View(ctx, func(tx kv.Txn) error {
+		v, err := tx.Get([]byte("ctr"))
+		if err == nil && string(v) != "60" {
+			t.Errorf("counter = %s after 60 increments from two clients", v)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	errTaken := errors.New("taken")
+	for round := 0; round < 10; round++ {
+		key := fmt.Appendf(nil, "claim/%d", round)
+		var wins atomic.Int32
+		start := make(chan struct{})
+		for _, s := range []kv.Store{a, b} {
+			wg.Go(func() {
+				<-start
+				err := s.Update(ctx, func(tx kv.Txn) error {
+					if ok, err := tx.Has(key); err != nil || ok {
+						return cmp.Or(err, errTaken)
+					}
+					return tx.Set(key, []byte("mine"))
+				})
+				switch {
+				case err == nil:
+					wins.Add(1)
+				case !errors.Is(err, errTaken):
+					t.Error(err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("round %d: %d clients claimed the same key", round, n)
+		}
+	}
 }
 
 // testLimits: etcd's per-transaction limits surface as kv.ErrTxnTooBig,
@@ -245,6 +320,37 @@ func TestMemberLoss(t *testing.T) {
 	}
 	if err := s.View(ctx, func(kv.Txn) error { return nil }); err == nil {
 		t.Fatal("View without quorum succeeded")
+	}
+}
+
+// TestRestart: what a store acknowledged survives a restart of the whole
+// cluster, read through the same store (its client reconnects) and a new
+// one.
+func TestRestart(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	s := c.NewStore(t, etcdkv.Options{Prefix: "/restart/"})
+	fill(t, s, "r/", 250)
+	if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Delete([]byte("r/0007")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.Restart(t)
+	for _, st := range []kv.Store{s, c.NewStore(t, etcdkv.Options{Prefix: "/restart/"})} {
+		n := 0
+		err := st.View(ctx, func(tx kv.Txn) error {
+			return tx.Iterate([]byte("r/"), nil, false, func(k, v []byte) (bool, error) {
+				if string(k) == "r/0007" {
+					return false, fmt.Errorf("deleted key %s is back", k)
+				}
+				n++
+				return true, nil
+			})
+		})
+		if err != nil || n != 249 {
+			t.Fatalf("after a restart of the cluster: %d keys, %v; want 249", n, err)
+		}
 	}
 }
 
