@@ -1,6 +1,7 @@
 // Package faults runs the real branchnfs binary as an unprivileged user
-// under resource exhaustion (a full disk) and checks that it keeps
-// serving, answers with clear errors, and loses no acknowledged byte.
+// under resource exhaustion (a full disk; clients that never read their
+// replies or never finish a request) and checks that it keeps serving,
+// answers with clear errors, and loses no acknowledged byte.
 package faults
 
 import (
