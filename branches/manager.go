@@ -79,6 +79,7 @@ func (o *Options) EnsureDefaults() {
 //	'K' id(8) label      checkpoint (JSON)
 //	'S'                  32-byte handle secret
 //	'I'                  ignore list (JSON array of patterns), once set
+//	'A' id(8)            labels, score and lease of a live branch (meta.go)
 func branchKey(id BranchID) []byte { return binary.BigEndian.AppendUint64([]byte{'B'}, uint64(id)) }
 func nameKey(name string) []byte   { return append([]byte{'N'}, name...) }
 func cpPrefix(id BranchID) []byte  { return binary.BigEndian.AppendUint64([]byte{'K'}, uint64(id)) }

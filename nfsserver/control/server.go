@@ -175,6 +175,9 @@ func Listen(path string) (net.Listener, error) {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go s.reapLeases(lctx)
 	err := s.hs.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -206,6 +209,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/branches/{name}/checkpoints", s.checkpoint)
 	mux.HandleFunc("POST /v1/branches/{name}/restore", s.restore)
 	s.jobRoutes(mux)
+	s.metaRoutes(mux)
 	mux.HandleFunc("POST /v1/gc", s.gc)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: errorDetail{
