@@ -20,10 +20,14 @@ import (
 // it by itself once its sweeps deleted Options.GCAfterSwept bytes of
 // blocks.
 
-// gcState serialises GC with the reclaimer's passes.
+// gcState serialises GC with the reclaimer's passes. Lock order: mu,
+// then sweepMu, then opMu.
 type gcState struct {
 	mu    sync.Mutex // held across a reclaimer pass or a GC
 	swept int64      // block bytes swept since the last GC (under mu)
+	// sweepMu is held across one Reclaim: the tracker follows a single
+	// sweep at a time (a second Begin would drop the first's records).
+	sweepMu sync.Mutex
 }
 
 // GCStats tells what GC did.

@@ -129,8 +129,11 @@ func (m *Manager) liveLayers(ctx context.Context, tx kv.Txn) (map[cowfs.LayerID]
 	return live, nil
 }
 
-// Reclaim runs one reclamation pass now.
+// Reclaim runs one reclamation pass now. Passes run one at a time: the
+// tracker follows one sweep.
 func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
+	m.gc.sweepMu.Lock()
+	defer m.gc.sweepMu.Unlock()
 	var st ReclaimStats
 	// Phase 1: garbage layers.
 	m.opMu.Lock()

@@ -12,9 +12,10 @@ import (
 	"github.com/branchnfs/branchnfs/cowfs"
 )
 
-// TestReclaimRace runs block sweeps while files are truncated to a last
-// block that equals content no file references any more (the sweep's
-// candidates): every file must read back whole afterwards.
+// TestReclaimRace runs block sweeps, two at a time, while files are
+// truncated to a last block that equals content no file references any
+// more (the sweep's candidates): every file must read back whole
+// afterwards.
 func TestReclaimRace(t *testing.T) {
 	const bs = 4096
 	m := newManagerOpts(t, branches.Options{FS: cowfs.Options{BlockSize: bs, InlineMax: 64}})
@@ -28,23 +29,26 @@ func TestReclaimRace(t *testing.T) {
 	if testing.Short() {
 		rounds = 60
 	}
+	// Two sweepers: Reclaim must also be safe against itself.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := m.Reclaim(ctx); err != nil {
+					t.Error(err)
+					return
+				}
 			}
-			if _, err := m.Reclaim(ctx); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	}()
+		}()
+	}
 	type file struct {
 		ino  cowfs.InodeID
 		want []byte

@@ -14,7 +14,8 @@ import (
 // While a sweep runs, every content hash a committing write references is
 // recorded, so the sweep keeps blocks that became referenced after its mark
 // snapshot. Writers commit under RLock; the sweep takes Lock to start and
-// to delete.
+// to delete. It follows one sweep at a time: a Begin during a sweep would
+// drop that sweep's records, so callers serialise their sweeps.
 type Tracker struct {
 	mu     sync.RWMutex // protects the following
 	active bool
