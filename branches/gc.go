@@ -21,7 +21,7 @@ import (
 // blocks.
 
 // gcState serialises GC with the reclaimer's passes. Lock order: mu,
-// then sweepMu, then opMu.
+// then sweepMu or foldMu (never both), then opMu.
 type gcState struct {
 	mu    sync.Mutex // held across a reclaimer pass or a GC
 	swept int64      // block bytes swept since the last GC (under mu)
