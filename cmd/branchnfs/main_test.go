@@ -85,6 +85,8 @@ func TestExitCodes(t *testing.T) {
 		{errMountFailed, exitMountFailed},
 		{&control.Error{Code: control.CodeConflict}, exitConflict},
 		{&control.Error{Code: control.CodeBadRequest}, exitUsage},
+		{&control.InUseError{Branch: "a", Clients: []string{"mac:/a mounted"}}, exitInUse},
+		{&control.Error{Code: control.CodeInUse}, exitInUse},
 	}
 	seen := map[int]bool{}
 	for _, tt := range tests {
@@ -93,8 +95,8 @@ func TestExitCodes(t *testing.T) {
 		}
 		seen[tt.code] = true
 	}
-	if len(seen) != 15 {
-		t.Errorf("%d distinct exit codes, want 15", len(seen))
+	if len(seen) != 16 {
+		t.Errorf("%d distinct exit codes, want 16", len(seen))
 	}
 }
 
