@@ -167,6 +167,46 @@ func testLimits(t *testing.T, c *etcdtest.Cluster) {
 			t.Errorf("a refused transaction stored %d keys", n)
 		}
 	})
+	t.Run("BytesAtTheLimit", func(t *testing.T) {
+		// The largest transaction Set accepts, the server accepts too: the
+		// store's size estimate errs high, by little.
+		const first = 1 << 20
+		var second int
+		err := s.Update(ctx, func(tx kv.Txn) error {
+			if err := tx.Set([]byte("edge/1"), make([]byte, first)); err != nil {
+				return err
+			}
+			lo, hi := 0, 1<<20 // Set accepts lo bytes, refuses hi
+			for hi-lo > 1 {
+				mid := (lo + hi) / 2
+				if err := tx.Set([]byte("edge/2"), make([]byte, mid)); err == nil {
+					lo = mid
+				} else if !errors.Is(err, kv.ErrTxnTooBig) {
+					return err
+				} else {
+					hi = mid
+				}
+			}
+			second = lo
+			return tx.Set([]byte("edge/2"), make([]byte, lo))
+		})
+		if err != nil {
+			t.Fatalf("a transaction of %d bytes of values, the most Set accepts: %v", first+second, err)
+		}
+		if limit := 3 << 19; first+second < limit-2048 {
+			t.Errorf("Set accepts only %d bytes of values, well under the server's %d", first+second, limit)
+		}
+		err = s.View(ctx, func(tx kv.Txn) error {
+			v, err := tx.Get([]byte("edge/2"))
+			if err == nil && len(v) != second {
+				t.Errorf("edge/2 has %d bytes, want %d", len(v), second)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("Reads", func(t *testing.T) {
 		fill(t, s, "reads/", 200)
 		// Reading 200 keys needs 200 compares: too many for one commit.
