@@ -154,13 +154,14 @@ func (s *badgerStore) flushMemtable(ctx context.Context) error {
 	}
 	// Values stay in the memtable below the value threshold.
 	val := make([]byte, max(min(s.opts.ValueThreshold-64, 960), 16))
-	const batch = 1024
+	// Transactions stay well under Badger's limit (15 % of a memtable).
+	batch := int(min(max(s.opts.MemTableSize/16/int64(len(val)), 1), 1024))
 	keys := make([][]byte, batch)
 	for i := range keys {
 		keys[i] = append(append([]byte(nil), fillPrefix...), fmt.Sprintf("m%04d", i)...)
 	}
 	rotated := false
-	for written := int64(0); written < 4*s.opts.MemTableSize && !rotated; written += batch * int64(len(val)) {
+	for written := int64(0); written < 4*s.opts.MemTableSize && !rotated; written += int64(batch * len(val)) {
 		if err := s.Update(ctx, func(tx Txn) error {
 			for _, k := range keys {
 				if err := tx.Set(k, val); err != nil {

@@ -21,13 +21,39 @@ func gcValue(i int) []byte {
 // TestReclaimSpace: after most values are deleted, ReclaimSpace gives their
 // disk space back while writers go on, and every live value survives a
 // reopen.
+//
+// "young" keeps the whole tree in level 0; "tree" first writes 12 MiB of
+// small values through 1 MiB memtables, so the tree has lower levels and
+// ReclaimSpace flushes by filling the memtable.
 func TestReclaimSpace(t *testing.T) {
+	t.Run("young", func(t *testing.T) { testReclaimSpace(t, false) })
+	t.Run("tree", func(t *testing.T) { testReclaimSpace(t, true) })
+}
+
+func testReclaimSpace(t *testing.T, tree bool) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	opts := kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1}, 4<<20)
+	if tree {
+		opts.MemTableSize = 1 << 20
+	}
 	s, err := kv.OpenBadger(dir, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	small := bytes.Repeat([]byte("s"), 500)
+	for i := 0; tree && i < 24000; i += 100 {
+		err := s.Update(ctx, func(tx kv.Txn) error {
+			for j := i; j < i+100; j++ {
+				if err := tx.Set([]byte(fmt.Sprintf("s%06d", j)), small); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	const n = 1280 // 40 MiB of 32 KiB values
 	for i := 0; i < n; i += 32 {
@@ -92,6 +118,9 @@ func TestReclaimSpace(t *testing.T) {
 	}
 	// Live values, at most 1/(1-0.2) of them in partly collected logs,
 	// one value log being written and Badger's tables and manifest.
+	if tree {
+		live += 24000 * 500 // the small values, in tables
+	}
 	if limit := live*5/4 + 4<<20 + 2<<20; st.DiskAfter > limit {
 		t.Fatalf("disk after ReclaimSpace %d bytes, want at most %d", st.DiskAfter, limit)
 	}
