@@ -300,6 +300,20 @@ func renderMarkdown(r *Results) string {
 		p("\n")
 	}
 
+	// 7. Latency under load.
+	if len(r.Latency) > 0 {
+		p("## 7. RPC latency in main while heavy work runs (µs)\n\n")
+		p("| background work | ran | RPC | n | p50 | p99 | p99.9 | max | errors | p99.9 < 100 ms |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, x := range r.Latency {
+			ok := x.N > 0 && x.P999 < 100e3 && x.Errors == 0
+			if !ok {
+				missed = append(missed, fmt.Sprintf("latency: %s p99.9 during %s: %s (target < 100 ms)", x.RPC, x.Work, us(x.P999)))
+			}
+			p("| %s | %.1f s | %s | %d | %s | %s | %s | %s | %d | %s |\n", x.Work, x.Seconds, x.RPC, x.N, us(x.P50), us(x.P99), us(x.P999), us(x.Max), x.Errors, verdict(ok))
+		}
+		p("\n")
+	}
+
 	p("## Targets missed\n\n")
 	if len(missed) == 0 && len(r.Errors) == 0 {
 		p("None.\n")

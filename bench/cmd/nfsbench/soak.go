@@ -23,7 +23,7 @@ type soakRow struct {
 	RssAnon    int64   `json:"rss_anon_bytes"`
 	RssFile    int64   `json:"rss_file_bytes"`
 	HeapLive   int64   `json:"heap_live_bytes"` // Go heap kept by the server's last GC
-	StoreBytes int64   `json:"store_bytes"` // allocated blocks under the store directory
+	StoreBytes int64   `json:"store_bytes"`     // allocated blocks under the store directory
 	ForkUS     float64 `json:"fork_p50_us"`
 	WriteUS    float64 `json:"write_p50_us"` // LOOKUP + CREATE + WRITE 4 KiB FILE_SYNC
 	CommitUS   float64 `json:"commit_p50_us"`

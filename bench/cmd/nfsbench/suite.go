@@ -38,6 +38,7 @@ type suiteConfig struct {
 	Sections    string `json:"sections"`
 	SoakRounds  int    `json:"soak_rounds,omitempty"`
 	SoakEvery   int    `json:"soak_every,omitempty"`
+	LatencyMiB  int    `json:"latency_mib,omitempty"`
 }
 
 // Results is the JSON written to bench/results.
@@ -62,6 +63,7 @@ type Results struct {
 	Storage            []branchops.GrowthResult            `json:"storage,omitempty"`
 	Memory             []memRow                            `json:"memory,omitempty"`
 	Soak               []soakRow                           `json:"soak,omitempty"`
+	Latency            []latencyRow                        `json:"latency,omitempty"`
 	Errors             []string                            `json:"errors,omitempty"`
 	Notes              []string                            `json:"notes,omitempty"`
 }
@@ -131,19 +133,27 @@ func runSuite(args []string) error {
 	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
 	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
 	commit := fs.String("commit", "unknown", "commit id for the result name")
-	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,soak (default all but soak; --quick leaves out gotest)")
+	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,soak,latency (default all but soak and latency; --quick leaves out gotest)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	bases := fs.String("bases", "", "comma-separated base sizes (files) for branch operations (default 100,10000,100000; quick 100,1000)")
 	soakRounds := fs.Int("soak", 0, "soak section: rounds of fork, write 4 KiB over NFS, commit every 4th else abort (alone, it runs only this section)")
 	soakEvery := fs.Int("soak-every", 1000, "soak section: report every this many rounds")
+	latency := fs.Bool("latency", false, "latency section: RPC latencies while heavy work runs (alone, it runs only this section)")
+	latencyMiB := fs.Int("latency-mib", 1024, "latency section: size of the large branch merged and reclaimed (quick: 64)")
 	fs.Parse(args)
 	if *soakRounds > 0 && *sections == "" {
 		*sections = "soak"
 	}
+	if *latency && *sections == "" {
+		*sections = "latency"
+	}
 
 	cfg := suiteConfig{Quick: *quick, Runs: *runs, SeqMiB: 256, ReqSize: 1 << 20, Conns: 4, Depth: 2,
 		MetaFiles: 10000, MetaWorkers: 4, Bases: []int{100, 10000, 100000}, OpRuns: 50, BigRuns: 5,
-		MaxCommit: 100e6, Sections: *sections, SoakRounds: *soakRounds, SoakEvery: max(1, *soakEvery)}
+		MaxCommit: 100e6, Sections: *sections, SoakRounds: *soakRounds, SoakEvery: max(1, *soakEvery), LatencyMiB: *latencyMiB}
+	if *quick && !flagSet(fs, "latency-mib") {
+		cfg.LatencyMiB = 64
+	}
 	if *quick {
 		cfg.SeqMiB, cfg.MetaFiles, cfg.Bases, cfg.OpRuns, cfg.BigRuns, cfg.MaxCommit = 16, 500, []int{100, 1000}, 20, 0, 1e6
 	}
@@ -213,6 +223,13 @@ func runSuite(args []string) error {
 			s.soak(ctx)
 		}
 	}
+	if s.sections["latency"] {
+		if s.bnfs == "" {
+			s.fail("latency", fmt.Errorf("needs --branchnfs"))
+		} else {
+			s.latency(ctx)
+		}
+	}
 	s.res.Duration = time.Since(start).Seconds()
 	s.res.LoadEnd = loadavg()
 
@@ -240,6 +257,16 @@ func runSuite(args []string) error {
 	}
 	return nil
 }
+
+// flagSet reports whether flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func jsonMarshal(v any) ([]byte, error)   { return json.Marshal(v) }
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func (s *suite) inProcessOps(ctx context.Context) {
 	for _, base := range s.cfg.Bases {
