@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"sync"
@@ -123,10 +124,37 @@ type resolved struct {
 	limit uint64
 }
 
-// blocks resolves blocks [first, last] to their visible references.
+// blocks resolves blocks [first, last] to their visible references; blocks
+// no layer holds (holes) are absent.
 func (br *blockReader) blocks(first, last uint64) (map[uint64]resolved, error) {
-	bs := br.f.bs
 	out := map[uint64]resolved{}
+	err := br.resolve(first, last,
+		func(idx uint64) bool { _, ok := out[idx]; return ok },
+		func(idx uint64, r resolved) { r.ref = bytes.Clone(r.ref); out[idx] = r })
+	return out, err
+}
+
+// blockRange is blocks for a short range (one READ): out[i] is block
+// first+i, with a nil ref for a hole. The references alias the
+// transaction's buffers: use them before it ends.
+func (br *blockReader) blockRange(first, last uint64) ([]resolved, error) {
+	out := make([]resolved, last-first+1)
+	err := br.resolve(first, last,
+		func(idx uint64) bool { return out[idx-first].ref != nil },
+		func(idx uint64, r resolved) {
+			if r.ref == nil {
+				r.ref = []byte{} // found but empty: content reports it corrupt
+			}
+			out[idx-first] = r
+		})
+	return out, err
+}
+
+// resolve walks the layers top down, one key iteration each over the
+// block references of [first, last], and hands every visible block not
+// already found (has) to put.
+func (br *blockReader) resolve(first, last uint64, has func(uint64) bool, put func(uint64, resolved)) error {
+	bs := br.f.bs
 	limit := uint64(1<<64 - 1)
 	for i, l := range br.layers {
 		pfx := dataPrefix(l, br.ino)
@@ -136,8 +164,8 @@ func (br *blockReader) blocks(first, last uint64) (map[uint64]resolved, error) {
 			if idx > last {
 				return false, nil
 			}
-			if _, ok := out[idx]; ok {
-				return true, nil
+			if has(idx) {
+				return true, nil // shadowed by an upper layer
 			}
 			base := idx * bs
 			if base >= limit {
@@ -147,11 +175,11 @@ func (br *blockReader) blocks(first, last uint64) (map[uint64]resolved, error) {
 			if limit-base < bs {
 				lim = limit - base
 			}
-			out[idx] = resolved{ref: append([]byte(nil), v...), limit: lim}
+			put(idx, resolved{ref: v, limit: lim})
 			return true, nil
 		})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if br.cuts[i] < limit {
 			limit = br.cuts[i]
@@ -160,34 +188,41 @@ func (br *blockReader) blocks(first, last uint64) (map[uint64]resolved, error) {
 			break
 		}
 	}
-	return out, nil
+	return nil
 }
 
-// content returns the bytes of a block reference, zero-extended to bs and
-// zeroed beyond limit.
+// content fills dst (bs bytes) with the bytes of a block reference,
+// zero-extended to bs and zeroed beyond limit. Stored content is copied
+// straight into dst and only the rest is cleared: dst is a READ reply's
+// data, written once.
 func (br *blockReader) content(r resolved, dst []byte) error {
-	clear(dst)
 	var data []byte
 	switch {
 	case len(r.ref) == 0:
 		return errCorrupt
 	case r.ref[0] == refZero:
+		clear(dst)
 		return nil
 	case r.ref[0] == refInline:
 		data = r.ref[1:]
 	case r.ref[0] == refHash && len(r.ref) == 33:
 		// Copy straight out of the store's buffer.
-		return br.tx.GetFunc(contentKey(r.ref[1:]), func(v []byte) error {
+		n := 0
+		err := br.tx.GetFunc(contentKey(r.ref[1:]), func(v []byte) error {
 			if uint64(len(v)) > r.limit {
 				v = v[:r.limit]
 			}
-			copy(dst, v)
+			n = copy(dst, v)
 			return nil
 		})
+		clear(dst[n:])
+		return err
 	case r.ref[0] == refPatch && len(r.ref) >= 33:
 		// The base may be shorter than the block (the file grew past it
 		// later): edits land in the zero-filled rest of dst.
-		err := br.tx.GetFunc(contentKey(r.ref[1:33]), func(v []byte) error { copy(dst, v); return nil })
+		n := 0
+		err := br.tx.GetFunc(contentKey(r.ref[1:33]), func(v []byte) error { n = copy(dst, v); return nil })
+		clear(dst[n:])
 		if err != nil {
 			return err
 		}
@@ -204,7 +239,8 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 	if uint64(len(data)) > r.limit {
 		data = data[:r.limit]
 	}
-	copy(dst, data)
+	n := copy(dst, data)
+	clear(dst[n:])
 	return nil
 }
 
@@ -244,7 +280,7 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 			return err
 		}
 		first, last := uint64(off)/f.bs, (end-1)/f.bs
-		blocks, err := br.blocks(first, last)
+		blocks, err := br.blockRange(first, last)
 		if err != nil {
 			return err
 		}
@@ -253,8 +289,8 @@ func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 			base := idx * f.bs
 			lo, hi := max(base, uint64(off)), min(base+f.bs, end)
 			dst := p[lo-uint64(off) : hi-uint64(off)]
-			r, ok := blocks[idx]
-			if !ok {
+			r := blocks[idx-first]
+			if r.ref == nil {
 				clear(dst)
 				continue
 			}
