@@ -50,6 +50,8 @@ func Exec(ctx context.Context, o Options, branch, onExit string, argv []string) 
 	if err != nil {
 		return r.rec, err
 	}
+	o.hold(ctx, r, "exec")
+	defer o.release(ctx, r)
 	var timeout <-chan time.Time
 	if o.Timeout > 0 {
 		t := time.NewTimer(o.Timeout)

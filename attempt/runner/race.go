@@ -51,7 +51,7 @@ func (o *Options) forkAll(ctx context.Context, parent, id string, n int) ([]stri
 
 // startAll forks and starts one attempt per command. Attempts that fail
 // to start are recorded, aborted and marked ended.
-func (o *Options) startAll(ctx context.Context, parent string, cmds [][]string, score bool) ([]*running, error) {
+func (o *Options) startAll(ctx context.Context, kind, parent string, cmds [][]string, score bool) ([]*running, error) {
 	id := NewID()
 	names, err := o.forkAll(ctx, parent, id, len(cmds))
 	if err != nil {
@@ -65,6 +65,8 @@ func (o *Options) startAll(ctx context.Context, parent string, cmds [][]string, 
 			r.rec.ExitCode = 127
 			r.ended = true
 			o.abort(ctx, r)
+		} else {
+			o.hold(ctx, r, kind)
 		}
 		rs[i] = r
 	}
@@ -81,7 +83,7 @@ func Race(ctx context.Context, o Options, spec RaceSpec) ([]Record, error) {
 	if len(spec.Cmds) == 0 {
 		return nil, fmt.Errorf("race: no command")
 	}
-	rs, err := o.startAll(ctx, spec.Parent, spec.Cmds, false)
+	rs, err := o.startAll(ctx, "race", spec.Parent, spec.Cmds, false)
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +172,7 @@ func Race(ctx context.Context, o Options, spec RaceSpec) ([]Record, error) {
 		if i != winner {
 			o.abort(ctx, r)
 		}
+		o.release(ctx, r)
 		out[i] = r.rec
 	}
 	return out, nil
@@ -204,7 +207,7 @@ func BestOf(ctx context.Context, o Options, spec BestOfSpec) ([]Record, error) {
 	for i := range cmds {
 		cmds[i] = spec.Argv
 	}
-	rs, err := o.startAll(ctx, spec.Parent, cmds, len(spec.ScoreCmd) == 0)
+	rs, err := o.startAll(ctx, "best-of", spec.Parent, cmds, len(spec.ScoreCmd) == 0)
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +244,7 @@ func BestOf(ctx context.Context, o Options, spec BestOfSpec) ([]Record, error) {
 		o.diff(ctx, r)
 		if s, ok := o.score(ctx, r, spec.ScoreCmd); ok {
 			r.rec.Score = &s
+			o.setMeta(ctx, r, branches.MetaUpdate{Score: &s})
 			if r.rec.ExitCode == 0 && r.rec.Signal == 0 {
 				eligible = append(eligible, r)
 			}
@@ -264,6 +268,7 @@ func BestOf(ctx context.Context, o Options, spec BestOfSpec) ([]Record, error) {
 		if !keep[r] {
 			o.abort(ctx, r)
 		}
+		o.release(ctx, r)
 		out[i] = r.rec
 	}
 	return out, nil

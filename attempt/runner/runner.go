@@ -57,6 +57,11 @@ type Options struct {
 	// Env is the base environment of attempts (default os.Environ()).
 	Env    []string
 	Logger *slog.Logger
+	// Lease is the lease the runner keeps on each attempt's branch while it
+	// supervises it, renewing it every third of it (default 30s; < 0: none).
+	// Should the runner die, the lease expires and the server aborts the
+	// branch. Backends without leases (no SetMeta) get none.
+	Lease time.Duration
 	// Events, if set, is called for each step of each attempt, from the
 	// runner's goroutines (it must be safe for concurrent use and quick).
 	Events func(Event)
@@ -103,6 +108,63 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Lease == 0 {
+		o.Lease = 30 * time.Second
+	}
+}
+
+// metaSetter is a Backend that keeps labels, scores and leases.
+type metaSetter interface {
+	SetMeta(ctx context.Context, name string, u branches.MetaUpdate) (branches.Meta, error)
+}
+
+// setMeta applies u to r's branch if the backend keeps meta; a failure is
+// logged (meta is advisory; the branch's state is what counts).
+func (o *Options) setMeta(ctx context.Context, r *running, u branches.MetaUpdate) {
+	ms, ok := o.Backend.(metaSetter)
+	if !ok {
+		return
+	}
+	if _, err := ms.SetMeta(context.WithoutCancel(ctx), r.rec.Branch, u); err != nil && !errors.Is(err, branches.ErrStale) && !errors.Is(err, branches.ErrNotFound) {
+		o.Logger.Warn("runner: set meta", "branch", r.rec.Branch, "err", err)
+	}
+}
+
+// hold labels r's branch with its attempt and keeps a lease on it until
+// release.
+func (o *Options) hold(ctx context.Context, r *running, kind string) {
+	u := branches.MetaUpdate{Labels: map[string]string{"attempt": r.rec.Attempt, "runner": kind}}
+	if _, ok := o.Backend.(metaSetter); !ok || o.Lease < 0 {
+		o.setMeta(ctx, r, u)
+		return
+	}
+	u.LeaseMS = o.Lease.Milliseconds()
+	o.setMeta(ctx, r, u)
+	r.stopLease = make(chan struct{})
+	go func() {
+		t := time.NewTicker(o.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stopLease:
+				return
+			case <-t.C:
+				o.setMeta(ctx, r, branches.MetaUpdate{LeaseMS: o.Lease.Milliseconds()})
+			}
+		}
+	}()
+}
+
+// release stops renewing r's lease and removes it from a branch left live.
+func (o *Options) release(ctx context.Context, r *running) {
+	if r.stopLease == nil {
+		return
+	}
+	close(r.stopLease)
+	r.stopLease = nil
+	if r.rec.State == branches.StateLive {
+		o.setMeta(ctx, r, branches.MetaUpdate{LeaseMS: -1})
 	}
 }
 
@@ -199,6 +261,8 @@ type running struct {
 	start time.Time
 	logf  *os.File
 	ended bool // the tree is gone
+	// stopLease stops the lease renewal (nil: none runs).
+	stopLease chan struct{}
 }
 
 // startAttempt starts argv in branch (already forked from parent).

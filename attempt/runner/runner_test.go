@@ -119,6 +119,36 @@ func TestExecOnExit(t *testing.T) {
 	}
 }
 
+// While exec runs, its branch holds a lease that the runner renews; it
+// survives lease sweeps, and is gone once exec lets the branch go.
+func TestExecLease(t *testing.T) {
+	o, m, root := setup(t)
+	o.Lease = 300 * time.Millisecond
+	fork(t, m, "b")
+	done := filepath.Join(root, "done")
+	go func() {
+		// Sweep well past several lease periods while the attempt runs.
+		for i := 0; i < 20; i++ {
+			time.Sleep(50 * time.Millisecond)
+			if _, err := m.ExpireLeases(context.Background(), time.Now()); err != nil {
+				t.Error(err)
+			}
+		}
+		os.WriteFile(done, nil, 0o644)
+	}()
+	rec, err := runner.Exec(context.Background(), o, "b", runner.OnExitKeep, sh("while [ ! -e "+done+" ]; do sleep 0.02; done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != branches.StateLive || rec.KilledBy != "" {
+		t.Fatalf("record %+v: the renewed lease must keep the branch live", rec)
+	}
+	metas, _ := m.Metas(context.Background())
+	if md := metas["b"]; md.LeaseExpires != nil || md.Labels["attempt"] != rec.Attempt {
+		t.Fatalf("meta after exec: %+v: want the attempt label and no lease", md)
+	}
+}
+
 func TestExecEnv(t *testing.T) {
 	o, m, root := setup(t)
 	o.Store = "/the/store"
@@ -326,6 +356,18 @@ func TestBestOf(t *testing.T) {
 				if got := state(t, m, r.Branch); got != branches.StateLive {
 					t.Fatalf("branch %s is %s", r.Branch, got)
 				}
+			}
+		}
+		// The kept branches carry their score and labels, and no lease: the
+		// runner let go of them.
+		metas, err := m.Metas(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs[1:] {
+			md := metas[r.Branch]
+			if md.Score == nil || *md.Score != *r.Score || md.LeaseExpires != nil || md.Labels["runner"] != "best-of" || md.Labels["attempt"] != r.Attempt {
+				t.Fatalf("meta of kept %s: %+v", r.Branch, md)
 			}
 		}
 	})

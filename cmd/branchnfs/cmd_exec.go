@@ -15,6 +15,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/attempt/runner"
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/spf13/cobra"
 )
 
@@ -486,4 +487,14 @@ func printRecords(w io.Writer, asJSON bool, recs []runner.Record) error {
 			(time.Duration(r.DurationMS) * time.Millisecond).String(), killed, score, diff, strings.ReplaceAll(r.Error, "\n", " "))
 	}
 	return tw.Flush()
+}
+
+// SetMeta lets the runner label, score and lease the branches of its
+// attempts (attemptBackend is defined in forced.go).
+func (b attemptBackend) SetMeta(ctx context.Context, name string, u branches.MetaUpdate) (branches.Meta, error) {
+	mb, ok := b.backend.Backend.(control.MetaBackend)
+	if !ok {
+		return branches.Meta{}, errors.New("this backend keeps no labels, scores or leases")
+	}
+	return mb.SetMeta(ctx, name, u)
 }

@@ -146,3 +146,31 @@ func TestBestOfCLI(t *testing.T) {
 		t.Fatalf("attempt 2: %+v, want the best score (2), committed", recs[2])
 	}
 }
+
+func TestListLabelSortScore(t *testing.T) {
+	store := newStoreWith(t, "other")
+	root := t.TempDir()
+	code, _, _ := runCLI(t, "best-of", "main", "-n", "3", "--keep", "2", "--store", store, "--workdir-root", root,
+		"--", "/bin/sh", "-c", `echo "${BRANCHNFS_BRANCH##*-}" >&3`)
+	if code != 0 {
+		t.Fatalf("best-of --keep 2: exit %d", code)
+	}
+	code, stdout, _ := runCLI(t, "list", "--store", store, "--json", "--label", "runner=best-of", "--sort", "score")
+	if code != 0 {
+		t.Fatalf("list: exit %d", code)
+	}
+	var es []listEntry
+	if err := json.Unmarshal([]byte(stdout), &es); err != nil {
+		t.Fatal(err)
+	}
+	if len(es) != 2 || es[0].Score == nil || *es[0].Score != 2 || *es[1].Score != 1 || es[0].Labels["attempt"] == "" {
+		t.Fatalf("list --label runner=best-of --sort score: %+v: want the two kept, best first", es)
+	}
+	code, stdout, _ = runCLI(t, "list", "--store", store, "--sort", "score")
+	if code != 0 || !strings.HasPrefix(strings.Split(stdout, "\n")[1], es[0].Name+" ") {
+		t.Fatalf("list --sort score: exit %d:\n%s", code, stdout)
+	}
+	if code, _, _ := runCLI(t, "list", "--store", store, "--label", "nokey"); code != exitUsage {
+		t.Fatalf("--label without =: exit %d", code)
+	}
+}

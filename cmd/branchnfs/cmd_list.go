@@ -15,6 +15,7 @@ import (
 
 type listOptions struct {
 	*globalOptions
+	listMetaOptions
 	JSON bool
 	All  bool
 }
@@ -40,6 +41,7 @@ shows committed and aborted ones. --json prints an array of branch objects
 func (o *listOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print a JSON array of branches")
 	cmd.Flags().BoolVar(&o.All, "all", false, "include committed and aborted branches")
+	o.listMetaOptions.AddFlags(cmd)
 }
 
 func runList(ctx context.Context, o *listOptions) error {
@@ -57,13 +59,18 @@ func runList(ctx context.Context, o *listOptions) error {
 			}
 			infos = kept
 		}
-		if o.JSON {
-			if infos == nil {
-				infos = []branches.Info{}
-			}
-			return writeJSON(o.stdout, infos)
+		entries, err := o.applyMeta(ctx, b.Backend, infos)
+		if err != nil {
+			return err
 		}
-		printTree(o.stdout, infos)
+		switch {
+		case o.JSON:
+			return writeJSON(o.stdout, entries)
+		case o.Sort != "":
+			printScored(o.stdout, entries)
+		default:
+			printTree(o.stdout, entryInfos(entries))
+		}
 		return nil
 	})
 }

@@ -11,13 +11,13 @@ them, through the server's control socket. Standard library only.
 
 from .client import Branch, Workspace, default_store
 from .errors import (BadRequest, BranchnfsError, Conflict, Exists,
-                     HasChildren, Internal, Invalidated, InvalidName,
+                     HasChildren, InUse, Internal, Invalidated, InvalidName,
                      NoServer, NoSpace, NotFound, ReadOnly)
 
 __all__ = [
     "Workspace", "Branch", "default_store",
     "BranchnfsError", "NoServer", "NotFound", "Exists", "InvalidName",
-    "Invalidated", "Conflict", "HasChildren", "ReadOnly", "NoSpace",
+    "Invalidated", "Conflict", "HasChildren", "InUse", "ReadOnly", "NoSpace",
     "BadRequest", "Internal",
 ]
 

@@ -117,12 +117,33 @@ class Workspace:
             body["checkpoint"] = checkpoint
         return self._request("POST", "/v1/branches", body)
 
-    def commit(self, name):
-        """Commit name into its parent; its live siblings are invalidated."""
-        return self._request("POST", "/v1/branches/%s/commit" % quote(name, safe=""))
+    def commit(self, name, force=False):
+        """Commit name into its parent; its live siblings are invalidated.
+        force commits even if NFS clients use the branch (else InUse)."""
+        return self._request("POST", "/v1/branches/%s/commit" % quote(name, safe=""),
+                             {"force": True} if force else None)
 
-    def abort(self, name):
-        return self._request("POST", "/v1/branches/%s/abort" % quote(name, safe=""))
+    def abort(self, name, force=False):
+        return self._request("POST", "/v1/branches/%s/abort" % quote(name, safe=""),
+                             {"force": True} if force else None)
+
+    def set_meta(self, name, labels=None, score=None, clear_score=False, lease=None):
+        """Set labels (a dict; an empty value removes a label), a score, or
+        a lease in seconds (negative removes it) on live branch name."""
+        body = {}
+        if labels:
+            body["labels"] = labels
+        if score is not None:
+            body["score"] = score
+        if clear_score:
+            body["clear_score"] = True
+        if lease is not None:
+            body["lease_ms"] = -1 if lease < 0 else max(1, _seconds_ms(lease))
+        return self._request("PATCH", "/v1/branches/%s/meta" % quote(name, safe=""), body)
+
+    def metas(self):
+        """Labels, score and lease of every live branch that has any, by name."""
+        return self._request("GET", "/v1/meta")
 
     def checkpoint(self, name, label):
         return self._request("POST", "/v1/branches/%s/checkpoints" % quote(name, safe=""), {"label": label})
@@ -251,10 +272,12 @@ class Branch:
             return False  # committed or aborted inside the block
         if state != "live":
             return False
+        # The block is over: the attempts it ran have ended, so the mount
+        # that served them is no user to protect (force).
         if exc_type is None:
-            self.commit()
+            self.ws.commit(self.name, force=True)
         else:
-            self.abort()
+            self.ws.abort(self.name, force=True)
         return False
 
     @property
@@ -269,11 +292,11 @@ class Branch:
         live: the context manager decides."""
         return self.ws.run(self.name, argv, timeout=timeout, on_exit="keep", grace=grace)
 
-    def commit(self):
-        return self.ws.commit(self.name)
+    def commit(self, force=False):
+        return self.ws.commit(self.name, force=force)
 
-    def abort(self):
-        return self.ws.abort(self.name)
+    def abort(self, force=False):
+        return self.ws.abort(self.name, force=force)
 
     def diff(self):
         return self.ws.diff(self.name)

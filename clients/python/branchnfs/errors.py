@@ -3,7 +3,7 @@
 __all__ = [
     "BranchnfsError", "NoServer", "NotFound", "Exists", "InvalidName",
     "Invalidated", "Conflict", "HasChildren", "ReadOnly", "NoSpace",
-    "BadRequest", "Internal", "error_for",
+    "BadRequest", "Internal", "InUse", "error_for",
 ]
 
 
@@ -74,6 +74,16 @@ class HasChildren(BranchnfsError):
         return self.detail.get("children", [])
 
 
+class InUse(BranchnfsError):
+    """NFS clients use the branch: commit or abort it with force=True."""
+
+    code = "in_use"
+
+    @property
+    def clients(self):
+        return self.detail.get("clients", [])
+
+
 class ReadOnly(BranchnfsError):
     code = "read_only"
 
@@ -91,7 +101,7 @@ class Internal(BranchnfsError):
 
 
 _BY_CODE = {c.code: c for c in (NotFound, Exists, InvalidName, Invalidated,
-                                Conflict, HasChildren, ReadOnly, NoSpace,
+                                Conflict, HasChildren, InUse, ReadOnly, NoSpace,
                                 BadRequest, Internal)}
 
 

@@ -137,6 +137,16 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(self.ws.job(job["id"])["state"], "done")
         self.ws.abort(p)
 
+    def test_meta_and_force(self):
+        n = self.name()
+        self.ws.fork("main", n)
+        md = self.ws.set_meta(n, labels={"task": "t1"}, score=0.5, lease=600)
+        self.assertEqual(md["labels"], {"task": "t1"})
+        self.assertEqual(md["score"], 0.5)
+        self.assertIn("lease_expires", md)
+        self.assertEqual(self.ws.metas()[n]["score"], 0.5)
+        self.assertEqual(self.ws.commit(n, force=True)["branch"], n)
+
     def test_no_server(self):
         with self.assertRaises(branchnfs.NoServer):
             branchnfs.Workspace.connect(store="/nonexistent-branchnfs-store")
