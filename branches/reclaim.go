@@ -2,6 +2,9 @@ package branches
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/branchnfs/branchnfs/cowfs"
@@ -77,6 +80,9 @@ type ReclaimStats struct {
 	Layers int `json:"layers"`
 	Keys   int `json:"keys"`
 	Blocks int `json:"blocks"`
+	// Checkpoints counts the checkpoint records of committed and aborted
+	// branches deleted: nothing can use them any more.
+	Checkpoints int `json:"checkpoints"`
 }
 
 // liveLayers returns every layer reachable from a live or invalidated
@@ -129,6 +135,28 @@ func (m *Manager) liveLayers(ctx context.Context, tx kv.Txn) (map[cowfs.LayerID]
 	return live, nil
 }
 
+// deadCheckpoints lists the keys of the checkpoint records of branches
+// that are neither live nor invalidated. Caller holds opMu.
+func (m *Manager) deadCheckpoints(tx kv.Txn) ([][]byte, error) {
+	m.mu.RLock()
+	keep := make(map[BranchID]bool, len(m.byName))
+	for _, b := range m.byName {
+		keep[b.rec.ID] = true
+	}
+	m.mu.RUnlock()
+	var dead [][]byte
+	err := tx.Iterate(cpPrefix(0)[:1], nil, true, func(k, _ []byte) (bool, error) {
+		if len(k) < 9 {
+			return false, fmt.Errorf("branches: bad checkpoint key %q", k)
+		}
+		if !keep[BranchID(binary.BigEndian.Uint64(k[1:9]))] {
+			dead = append(dead, append([]byte(nil), k...))
+		}
+		return true, nil
+	})
+	return dead, err
+}
+
 // Reclaim runs one reclamation pass now. Passes run one at a time: the
 // tracker follows one sweep.
 func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
@@ -138,22 +166,46 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 	// Phase 1: garbage layers.
 	m.opMu.Lock()
 	var garbage []cowfs.LayerID
+	var deadCPs [][]byte
 	err := m.store.View(ctx, func(tx kv.Txn) error {
-		garbage = garbage[:0]
+		garbage, deadCPs = garbage[:0], deadCPs[:0]
 		live, err := m.liveLayers(ctx, tx)
 		if err != nil {
 			return err
 		}
-		return cowfs.EachLayer(tx, true, func(l, _ cowfs.LayerID) (bool, error) {
+		err = cowfs.EachLayer(tx, true, func(l, _ cowfs.LayerID) (bool, error) {
 			if !live[l] {
 				garbage = append(garbage, l)
 			}
 			return true, nil
 		})
+		if err != nil {
+			return err
+		}
+		deadCPs, err = m.deadCheckpoints(tx)
+		return err
 	})
 	m.opMu.Unlock()
 	if err != nil {
 		return st, err
+	}
+	// A branch that is committed or aborted stays so: its checkpoints can
+	// go without opMu.
+	for len(deadCPs) > 0 {
+		n := min(len(deadCPs), 1000)
+		err := m.store.Update(ctx, func(tx kv.Txn) error {
+			for _, k := range deadCPs[:n] {
+				if err := tx.Delete(k); err != nil && !errors.Is(err, kv.ErrNotFound) {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return st, err
+		}
+		st.Checkpoints += n
+		deadCPs = deadCPs[n:]
 	}
 	for _, l := range garbage {
 		n, err := cowfs.DeleteLayer(ctx, m.store, l)
