@@ -599,7 +599,7 @@ func nfsCreate(r *request, d *decoder, e *encoder) error {
 			return r.fail(e, dir, syscall.EACCES, 2)
 		}
 		zero := uint64(0)
-		if a, err = dir.fs.SetAttr(a.Ino, cowfs.SetAttr{Size: &zero}); err != nil {
+		if a, err = dir.fs.SetAttr(a.Ino, cowfs.SetAttr{Size: &zero, KillSetID: !r.cred.isRoot()}); err != nil {
 			return r.fail(e, dir, err, 2)
 		}
 	}

@@ -87,6 +87,17 @@ func TestWriteAndTruncateKillSetID(t *testing.T) {
 	if got := modeOf(tr); got != 0o755 {
 		t.Errorf("truncate by a user: mode %o, want 755", got)
 	}
+	// So does a CREATE UNCHECKED that truncates an existing file (as an
+	// open with O_TRUNC does).
+	ct := newFile("ct", 0o6755)
+	_, _, _, s = alice.write(ct, 0, []byte("content"), unstable)
+	must(t, s, "write")
+	must(t, alice.setattr(ct, sa{mode: u32p(0o6755)}), "chmod again")
+	_, _, s = alice.create(dir, "ct", 0, sa{size: u64p(0)})
+	must(t, s, "create unchecked, size 0")
+	if a, _ := rootK.getattr(ct); a.mode != 0o755 || a.size != 0 {
+		t.Errorf("CREATE UNCHECKED truncating by a user: mode %o size %d, want 755 and 0", a.mode, a.size)
+	}
 	// Root keeps them.
 	r := newFile("r", 0o6755)
 	_, _, _, s = rootK.write(r, 0, []byte("x"), unstable)
