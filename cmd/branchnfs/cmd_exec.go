@@ -31,6 +31,7 @@ type attemptOptions struct {
 	JSON    bool
 	Timeout time.Duration
 	Grace   time.Duration
+	Lease   time.Duration
 	Mount   string
 	// WorkdirRoot replaces <mount>/<branch> with WorkdirRoot/<branch>, a
 	// plain directory. Hidden, for tests on hosts without an NFS client:
@@ -42,6 +43,7 @@ func (o *attemptOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&o.JSON, "json", false, "print the outcome as JSON")
 	cmd.Flags().DurationVar(&o.Timeout, "timeout", 0, "kill an attempt (fence, SIGTERM, SIGKILL) after this long; 0: no limit")
 	cmd.Flags().DurationVar(&o.Grace, "grace", 2*time.Second, "time between SIGTERM and SIGKILL")
+	cmd.Flags().DurationVar(&o.Lease, "lease", 30*time.Second, "lease kept (renewed) on each attempt's branch: if this command dies, the server aborts the branch when it expires")
 	cmd.Flags().StringVar(&o.Mount, "mount", "", "a mount of the export / (default $BRANCHNFS_MOUNT, else the server's serve --mount)")
 	cmd.Flags().StringVar(&o.WorkdirRoot, "workdir-root", "", "testing only: run in DIR/BRANCH, a plain directory, instead of the mount")
 	cmd.Flags().MarkHidden("workdir-root")
@@ -53,12 +55,15 @@ func (o *attemptOptions) runnerOptions(ctx context.Context) (runner.Options, *ba
 	if o.Grace < 0 || o.Timeout < 0 {
 		return runner.Options{}, nil, usagef("--grace and --timeout must not be negative")
 	}
+	if o.Lease < 3*time.Millisecond {
+		return runner.Options{}, nil, usagef("--lease %v: want at least 3ms (it is renewed every third of it)", o.Lease)
+	}
 	b, err := o.openBackend(ctx)
 	if err != nil {
 		return runner.Options{}, nil, err
 	}
 	dir, _ := o.storeDir()
-	ro := runner.Options{Backend: attemptBackend{b}, Store: dir, Grace: o.Grace, Timeout: o.Timeout}
+	ro := runner.Options{Backend: attemptBackend{b}, Store: dir, Grace: o.Grace, Timeout: o.Timeout, Lease: o.Lease}
 	if o.WorkdirRoot != "" {
 		root, err := filepath.Abs(o.WorkdirRoot)
 		if err != nil {

@@ -63,8 +63,26 @@ exec_interrupted() {
 	[ ! -e /mnt/all/e3 ] || fail "e3 still under /"
 }
 
+# The supervising exec dies (SIGKILL): its helper ends the tree, and the
+# lease exec kept on the branch, no longer renewed, expires: the server
+# aborts the branch.
+exec_killed_lease_expires() {
+	host fork main e4 || fail "fork e4"
+	/bin/branchnfs exec e4 --mount /mnt/all --grace 300ms --lease 3s -- sh -c '(setsid sh -c "echo \$\$ > /tmp/e4.pid; while :; do echo z >> z.txt; sleep 0.05; done" &); sleep 1000' &
+	ex=$!
+	while [ ! -s /tmp/e4.pid ]; do sleep 0.1; done
+	kill -KILL $ex
+	wait $ex
+	i=0
+	while ! gone /tmp/e4.pid; do i=$((i+1)); [ $i -lt 100 ] || fail "grandchild still runs 10s after its supervisor died"; sleep 0.1; done
+	i=0
+	while [ -e /mnt/all/e4 ]; do i=$((i+1)); [ $i -lt 300 ] || fail "e4 still under / 30s after its supervisor died"; sleep 0.1; done
+	echo "e4 aborted after about $((i/10))s"
+}
+
 step mount_root mount_root
 step exec_commits_every_byte exec_commits_every_byte
 step exec_timeout_write_storm exec_timeout_write_storm
 step race_kills_loser race_kills_loser
 step exec_interrupted exec_interrupted
+step exec_killed_lease_expires exec_killed_lease_expires
