@@ -55,8 +55,9 @@ type Snapshot interface {
 }
 
 // Txn is one transaction. A Txn must not be used after the callback that
-// received it returns. Slices returned by Get and by iterators are only valid
-// until the transaction ends; copy them to keep them.
+// received it returns. Get returns a copy the caller may keep; the slices
+// passed to GetFunc's and Iterate's callbacks are only valid during the
+// call, so copy them to keep them.
 type Txn interface {
 	// Get returns the value of key, or ErrNotFound.
 	Get(key []byte) ([]byte, error)
