@@ -225,6 +225,20 @@ func TestReport(t *testing.T) {
 		}))
 	}
 
+	for _, n := range []int{10, 200} {
+		e := newEnv(t)
+		for i := 0; i < n; i++ {
+			e.fork("main", fmt.Sprintf("s%d", i))
+		}
+		e.fork("main", "winner")
+		e.files("winner", "d", 1, 4096)
+		add(e.measure(fmt.Sprintf("commit, fast path, %d live siblings", n), func() {
+			if res := e.commit("winner"); len(res.Invalidated) != n {
+				t.Fatalf("commit invalidated %d siblings, want %d", len(res.Invalidated), n)
+			}
+		}))
+	}
+
 	e = newEnv(t)
 	e.fork("main", "x")
 	e.files("x", "d", 1000, 4096)
