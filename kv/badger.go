@@ -284,7 +284,7 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 			if tx.writes == 0 {
 				return nil
 			}
-			if err := s.res.admit(tx.bytes); err != nil {
+			if err := s.res.admit(tx.bytes, tx.sets == 0); err != nil {
 				return err
 			}
 			admitted = tx.bytes
@@ -454,6 +454,7 @@ type badgerTxn struct {
 	maxValue int
 
 	writes int    // Set and Delete calls
+	sets   int    // Set calls
 	bytes  uint64 // bytes of keys and values written
 }
 
@@ -527,6 +528,7 @@ func (t *badgerTxn) Set(key, value []byte) error {
 			ErrTxnTooBig, len(value), t.maxValue)
 	}
 	t.writes++
+	t.sets++
 	t.bytes += uint64(len(key) + len(value))
 	// Badger keeps the slices until commit: copy them so callers may reuse.
 	return mapErr(t.t.Set(append([]byte(nil), key...), append([]byte(nil), value...)))

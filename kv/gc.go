@@ -79,26 +79,39 @@ func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
 	if st.DiskBefore, err = DiskUsage(s.dir); err != nil {
 		return st, err
 	}
-	if err := s.rotateValueLog(ctx); err != nil {
+	// On a disk inside the reserve the filler values are refused: the
+	// log being written then stays, and the memtable is flushed through
+	// DropPrefix, which needs no filler.
+	if err := s.rotateValueLog(ctx); err != nil && !errors.Is(err, ErrNoSpace) {
 		return st, fmt.Errorf("kv: reclaim space: rotate the value log: %w", err)
 	}
-	if s.onlyLevel0() {
-		// A young tree: level 0 is small, and Flatten leaves a tree of
-		// one level alone.
+	flushed := false
+	if !s.onlyLevel0() {
+		switch err := s.flushMemtable(ctx); {
+		case err == nil:
+			flushed = true
+		case !errors.Is(err, ErrNoSpace):
+			return st, fmt.Errorf("kv: reclaim space: flush: %w", err)
+		}
+	}
+	if !flushed {
+		// A young tree (level 0 is small, and Flatten leaves a tree of
+		// one level alone), or a disk inside the reserve.
 		if err := s.Update(ctx, func(tx Txn) error { return tx.Set(flushPrefix, []byte{1}) }); err != nil {
 			return st, fmt.Errorf("kv: reclaim space: %w", err)
 		}
 		if err := s.use(func() error { return mapErr(s.db.DropPrefix(flushPrefix)) }); err != nil {
 			return st, fmt.Errorf("kv: reclaim space: flush and compact level 0: %w", err)
 		}
-	} else if err := s.flushMemtable(ctx); err != nil {
-		return st, fmt.Errorf("kv: reclaim space: flush: %w", err)
 	}
 	if err := s.use(func() error { return mapErr(s.db.Flatten(1)) }); err != nil {
 		return st, fmt.Errorf("kv: reclaim space: compact: %w", err)
 	}
 	for st.Rewrites < maxRewrites {
 		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		if err := s.roomToRewrite(); err != nil {
 			return st, err
 		}
 		err := s.use(func() error { return s.runValueLogGC(reclaimDiscardRatio) })
@@ -117,6 +130,21 @@ func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
 	}
 	st.DiskAfter, err = DiskUsage(s.dir)
 	return st, err
+}
+
+// roomToRewrite refuses a value-log rewrite when the disk could not take
+// the moved values: Badger writes them through a mapping, and a full disk
+// would kill the process.
+func (s *badgerStore) roomToRewrite() error {
+	if s.res.size == 0 {
+		return nil
+	}
+	st, err := s.res.stat()
+	if err != nil || st.avail >= uint64(2*s.opts.ValueLogFileSize) {
+		return nil
+	}
+	return noSpacef("cannot give space back: the filesystem of %s has %s free, and rewriting a value log may take %s; free space on it, then run gc again",
+		s.dir, FormatBytes(st.avail), FormatBytes(uint64(s.opts.ValueLogFileSize)))
 }
 
 // rotateValueLog makes Badger start a new value log when the one it

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,5 +148,104 @@ func testReclaimSpace(t *testing.T, tree bool) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReclaimSpaceInsideReserve: on a disk inside the free-space reserve,
+// the deletes that free space pass and ReclaimSpace still gives it back
+// (without its filler writes, which the reserve refuses).
+func TestReclaimSpaceInsideReserve(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const reserve = 256 << 20
+	var avail atomic.Uint64
+	avail.Store(10 << 30)
+	opts := kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, Reserve: reserve}, 4<<20)
+	s, err := kv.OpenBadgerWithStatfs(dir, opts, func(string) (uint64, error) { return avail.Load(), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 640 // 20 MiB of 32 KiB values
+	for i := 0; i < n; i += 32 {
+		err := s.Update(ctx, func(tx kv.Txn) error {
+			for j := i; j < i+32; j++ {
+				if err := tx.Set([]byte(fmt.Sprintf("v%05d", j)), gcValue(j)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	avail.Store(reserve * 3 / 4)
+	kv.ExpireSpaceCache(s)
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		for j := 0; j < n; j++ {
+			if err := tx.Delete([]byte(fmt.Sprintf("v%05d", j))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("deleting inside the reserve: %v", err)
+	}
+	st, err := s.ReclaimSpace(ctx)
+	if err != nil {
+		t.Fatalf("ReclaimSpace inside the reserve: %v", err)
+	}
+	if st.DiskAfter > st.DiskBefore/2 {
+		t.Fatalf("inside the reserve, disk %d -> %d bytes: the deleted values stayed", st.DiskBefore, st.DiskAfter)
+	}
+	// With less free than a rewrite may take, it refuses and says why.
+	avail.Store(4 << 20)
+	kv.ExpireSpaceCache(s)
+	if _, err := s.ReclaimSpace(ctx); err != nil && (!errors.Is(err, kv.ErrNoSpace) || !strings.Contains(err.Error(), "free space")) {
+		t.Fatalf("ReclaimSpace on a full disk: %v", err)
+	}
+}
+
+// TestReclaimSpaceRefusesRewriteOnFullDisk: with less free space than a
+// value-log rewrite may take, ReclaimSpace refuses it and says what to do,
+// rather than let Badger fill the disk through its mappings.
+func TestReclaimSpaceRefusesRewriteOnFullDisk(t *testing.T) {
+	ctx := context.Background()
+	var avail atomic.Uint64
+	avail.Store(10 << 30)
+	opts := kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, Reserve: 8 << 20}, 4<<20)
+	s, err := kv.OpenBadgerWithStatfs(t.TempDir(), opts, func(string) (uint64, error) { return avail.Load(), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 256; i++ { // 8 MiB: two value logs
+		if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(fmt.Sprintf("v%05d", i)), gcValue(i)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		for i := 0; i < 256; i++ {
+			if err := tx.Delete([]byte(fmt.Sprintf("v%05d", i))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	avail.Store(6 << 20) // above half the reserve, below two value logs
+	kv.ExpireSpaceCache(s)
+	_, err = s.ReclaimSpace(ctx)
+	if !errors.Is(err, kv.ErrNoSpace) || !strings.Contains(err.Error(), "rewriting a value log") {
+		t.Fatalf("ReclaimSpace with 6 MiB free: %v, want a refusal that says why", err)
+	}
+	avail.Store(10 << 30)
+	kv.ExpireSpaceCache(s)
+	if _, err := s.ReclaimSpace(ctx); err != nil {
+		t.Fatalf("ReclaimSpace once space returned: %v", err)
 	}
 }

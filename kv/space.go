@@ -60,9 +60,9 @@ func statfsDir(dir string) (statfsResult, error) {
 // has room for everything that is already under way: the memtables waiting
 // for their flush, the compaction that follows, and the transactions
 // committed since the last look at the disk. The reserve is that room.
-// Below it, only small transactions pass (deletes, aborts, renames), and
-// only while more than half of it is left; below half, every write is
-// refused. Reads never check.
+// Below it, only small transactions (aborts, renames) and those that only
+// delete pass, and only while more than half of it is left; below half,
+// every write is refused. Reads never check.
 type reserve struct {
 	dir    string                                 // read only
 	size   uint64                                 // read only; 0 disables the check
@@ -100,7 +100,7 @@ func (r *reserve) statLocked(force bool) (statfsResult, error) {
 
 // admit returns nil if a transaction writing n bytes may commit, else an
 // ErrNoSpace error that says what to do.
-func (r *reserve) admit(n uint64) error {
+func (r *reserve) admit(n uint64, deletesOnly bool) error {
 	if r.size == 0 {
 		return nil
 	}
@@ -117,7 +117,9 @@ func (r *reserve) admit(n uint64) error {
 	// concurrent writers must not all pass on the same figure.
 	avail := st.avail - min(st.avail, r.inflight)
 	need := r.size
-	if n <= smallTxn {
+	if n <= smallTxn || deletesOnly {
+		// Deletes free space (the reclaimer's batches, an abort): they
+		// may use the lower half of the reserve whatever their size.
 		need = r.size / 2
 	}
 	if avail < need || avail-need < 2*n {

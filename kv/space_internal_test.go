@@ -17,7 +17,7 @@ func TestReserveCountsInflightWrites(t *testing.T) {
 	}}
 	admitted := 0
 	for admitted < 64 {
-		err := r.admit(1 << 20)
+		err := r.admit(1<<20, false)
 		if errors.Is(err, ErrNoSpace) {
 			break
 		}
@@ -32,7 +32,7 @@ func TestReserveCountsInflightWrites(t *testing.T) {
 	for i := 0; i < admitted; i++ {
 		r.release(1 << 20)
 	}
-	if err := r.admit(1 << 20); err != nil {
+	if err := r.admit(1<<20, false); err != nil {
 		t.Fatalf("a write after the others finished: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package kv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -46,12 +47,13 @@ func TestReserve(t *testing.T) {
 		bigOK      bool // a 64 KiB write
 		smallOK    bool // a 100-byte write
 		readOnlyOK bool // an Update that only reads
+		deletesOK  bool // deleting 4096 keys (more than a small write)
 	}{
-		{"plenty", 1 << 30, true, true, true},
-		{"inside the reserve", reserve * 3 / 4, false, true, true},
-		{"below half the reserve", reserve / 4, false, false, true},
-		{"disk full", 0, false, false, true},
-		{"space returns", 1 << 30, true, true, true},
+		{"plenty", 1 << 30, true, true, true, true},
+		{"inside the reserve", reserve * 3 / 4, false, true, true, true},
+		{"below half the reserve", reserve / 4, false, false, true, false},
+		{"disk full", 0, false, false, true, false},
+		{"space returns", 1 << 30, true, true, true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,6 +74,14 @@ func TestReserve(t *testing.T) {
 			check("big write", set("big-"+tc.name, 64<<10), tc.bigOK)
 			check("small write", set("small-"+tc.name, 100), tc.smallOK)
 			check("read-only update", s.Update(ctx, func(tx kv.Txn) error { _, err := tx.Get([]byte("a")); return err }), tc.readOnlyOK)
+			check("big delete", s.Update(ctx, func(tx kv.Txn) error {
+				for i := 0; i < 4096; i++ {
+					if err := tx.Delete([]byte(fmt.Sprintf("gone-%s-%04d", tc.name, i))); err != nil {
+						return err
+					}
+				}
+				return nil
+			}), tc.deletesOK)
 			if err := get("a"); err != nil {
 				t.Errorf("read: %v", err)
 			}
