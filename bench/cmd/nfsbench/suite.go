@@ -109,6 +109,7 @@ type suite struct {
 	cfg      suiteConfig
 	tmp      string
 	bnfs     string // branchnfs binary ("" when unavailable)
+	baseline string // an earlier branchnfs binary to compare with ("" for none)
 	osnfs    string
 	res      *Results
 	log      io.Writer
@@ -130,6 +131,7 @@ func runSuite(args []string) error {
 	quick := fs.Bool("quick", false, "small sizes, under 2 minutes")
 	runs := fs.Int("runs", 5, "runs per throughput/metadata figure (median, min, max)")
 	bnfs := fs.String("branchnfs", "", "branchnfs binary (empty: peers only)")
+	baseline := fs.String("baseline", "", "a second branchnfs binary (an earlier build) measured beside the first in the seq and meta sections, as \"baseline branchnfs main\"")
 	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
 	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
 	commit := fs.String("commit", "unknown", "commit id for the result name")
@@ -176,7 +178,7 @@ func runSuite(args []string) error {
 	}
 	host, _ := os.Hostname()
 	start := time.Now()
-	s := &suite{cfg: cfg, tmp: tmp, bnfs: *bnfs, osnfs: *osnfs, log: os.Stderr, sections: map[string]bool{},
+	s := &suite{cfg: cfg, tmp: tmp, bnfs: *bnfs, baseline: *baseline, osnfs: *osnfs, log: os.Stderr, sections: map[string]bool{},
 		res: &Results{Date: start.UTC().Format(time.RFC3339), Commit: *commit, Host: host, GoVer: runtime.Version(), CPUs: runtime.NumCPU(), Config: cfg}}
 	if *sections == "" {
 		*sections = "branchops,storage,gotest,seq,meta"
@@ -572,6 +574,23 @@ func (s *suite) nfsWorkloads() {
 			s.fail("branchnfs setup", err)
 		}
 	}
+	if s.baseline != "" {
+		if err := func() error {
+			store, _, err := s.newStore("baseline", 100)
+			if err != nil {
+				return err
+			}
+			srv, err := startBranchnfs(s.baseline, store, filepath.Join(s.tmp, "branchnfs-baseline.log"))
+			if err != nil {
+				return err
+			}
+			stops = append(stops, srv)
+			peers = append(peers, peer{"baseline branchnfs main", srv, srv.target("main"), true})
+			return nil
+		}(); err != nil {
+			s.fail("baseline branchnfs setup", err)
+		}
+	}
 	if g, err := startGanesha(s.tmp); err != nil {
 		s.fail("ganesha setup", err)
 	} else {
@@ -588,7 +607,7 @@ func (s *suite) nfsWorkloads() {
 	}
 	var bsrv *server
 	for _, p := range peers {
-		if p.srv.kind == "branchnfs" {
+		if p.srv.kind == "branchnfs" && strings.HasPrefix(p.label, "branchnfs") {
 			bsrv = p.srv
 		}
 	}
