@@ -37,6 +37,9 @@ type SeqOptions struct {
 	ReqSize int    // bytes per READ/WRITE (capped by the server's rtmax/wtmax)
 	Conns   int    // TCP connections
 	Depth   int    // requests in flight per connection
+	// BeforeRead and AfterRead, when set, run just before and just after
+	// the read phase (to sample the server's CPU time around it).
+	BeforeRead, AfterRead func()
 }
 
 // SeqResult is one sequential write+read of a file.
@@ -99,10 +102,16 @@ func Seq(t nfsclient.Target, data []byte, o SeqOptions) (SeqResult, error) {
 	}
 
 	back := make([]byte, len(data))
+	if o.BeforeRead != nil {
+		o.BeforeRead()
+	}
 	start = time.Now()
 	err = parallel(conns, o.Depth, len(data), rreq, func(c *nfsclient.Conn, off, end int) error {
 		return c.ReadFull(fh, uint64(off), back[off:end])
 	})
+	if o.AfterRead != nil {
+		o.AfterRead()
+	}
 	if err != nil {
 		return res, fmt.Errorf("read: %w", err)
 	}

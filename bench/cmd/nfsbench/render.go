@@ -211,6 +211,24 @@ func renderMarkdown(r *Results) string {
 			}
 		}
 		p("\n")
+		var cpuRows []seqRow
+		var gcpu stats.Summary
+		for _, s := range r.Seq {
+			if s.ReadCPU.N > 0 {
+				cpuRows = append(cpuRows, s)
+				if strings.HasPrefix(s.Server, "nfs-ganesha") {
+					gcpu = s.ReadCPU
+				}
+			}
+		}
+		if len(cpuRows) > 0 {
+			p("Server CPU time per GiB read (user + system of the server process over the read phase, Go client; lower is better, and it depends far less on the machine's load than MiB/s):\n\n")
+			p("| server | CPU ms per GiB read | × ganesha's |\n|---|---|---|\n")
+			for _, s := range cpuRows {
+				p("| %s | %s | %s |\n", s.Server, mmm(s.ReadCPU), ratio(s.ReadCPU, gcpu))
+			}
+			p("\n")
+		}
 	}
 
 	// 3. Metadata.

@@ -152,6 +152,40 @@ func (s *server) memory() (hwm, rss, anon, file int64) {
 	return hwm, rss, anon, file
 }
 
+// cpuSeconds returns the CPU time (user + system, all threads) the server
+// process has used so far, 0 when it cannot be read.
+func (s *server) cpuSeconds() float64 {
+	if s == nil || s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	return statCPU(b)
+}
+
+// statCPU returns utime + stime, in seconds, of a /proc/PID/stat line, 0
+// when it does not parse. The fields after the command name (which may
+// hold spaces and parentheses) start with the state; utime and stime are
+// the 14th and 15th fields, in clock ticks (100 Hz on Linux).
+func statCPU(b []byte) float64 {
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	k, err2 := strconv.ParseFloat(f[12], 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return (u + k) / 100
+}
+
 // resetPeak resets the process's VmHWM to its current RSS (Linux
 // clear_refs "5"), so the next memory() reports the peak since now.
 func (s *server) resetPeak() {

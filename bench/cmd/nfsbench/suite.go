@@ -74,7 +74,11 @@ type seqRow struct {
 	Write    stats.Summary `json:"write_mibps"`
 	Read     stats.Summary `json:"read_mibps"`
 	Verified int           `json:"verified_runs"`
-	Error    string        `json:"error,omitempty"`
+	// ReadCPU is the server process's CPU time (user + system, all
+	// threads) per GiB over the read phase, Go client rows only: unlike
+	// MiB/s it hardly depends on what else runs on the machine.
+	ReadCPU stats.Summary `json:"server_cpu_ms_per_gib_read"`
+	Error   string        `json:"error,omitempty"`
 }
 
 type metaRow struct {
@@ -645,6 +649,7 @@ func (s *suite) seq(peers []peer) {
 	type acc struct {
 		row  seqRow
 		w, r []float64
+		cpu  []float64 // server CPU ms per GiB read
 	}
 	accs := make([][2]*acc, len(peers))
 	for i, p := range peers {
@@ -655,7 +660,13 @@ func (s *suite) seq(peers []peer) {
 		for i, p := range peers {
 			if a := accs[i][0]; a.row.Error == "" {
 				s.logf("seq %s go client run %d", p.label, run+1)
-				res, err := workload.Seq(p.t, data, workload.SeqOptions{Name: "seq.bin", ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth})
+				var cpu0, cpu float64
+				res, err := workload.Seq(p.t, data, workload.SeqOptions{Name: "seq.bin", ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth,
+					BeforeRead: func() { cpu0 = p.srv.cpuSeconds() },
+					AfterRead:  func() { cpu = p.srv.cpuSeconds() - cpu0 }})
+				if err == nil && cpu0 > 0 {
+					a.cpu = append(a.cpu, cpu*1000/(float64(size)/(1<<30)))
+				}
 				if err != nil {
 					a.row.Error = err.Error()
 					s.fail("seq go "+p.label, err)
@@ -679,7 +690,7 @@ func (s *suite) seq(peers []peer) {
 	}
 	for _, pa := range accs {
 		for _, a := range pa {
-			a.row.Write, a.row.Read = stats.Summarize(a.w), stats.Summarize(a.r)
+			a.row.Write, a.row.Read, a.row.ReadCPU = stats.Summarize(a.w), stats.Summarize(a.r), stats.Summarize(a.cpu)
 			s.res.Seq = append(s.res.Seq, a.row)
 		}
 	}

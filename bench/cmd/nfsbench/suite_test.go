@@ -35,8 +35,8 @@ func TestRenderNamesMissedTargets(t *testing.T) {
 			Abort:  stats.Summarize([]float64{10}),
 			Commit: map[string]stats.Summary{"1KB": stats.Summarize([]float64{1500, 1600, 1700})}}},
 		Seq: []seqRow{
-			{Server: "nfs-ganesha (VFS)", Client: "c", Write: stats.Summarize([]float64{100}), Read: stats.Summarize([]float64{1000})},
-			{Server: "branchnfs main", Client: "c", Write: stats.Summarize([]float64{150}), Read: stats.Summarize([]float64{500})},
+			{Server: "nfs-ganesha (VFS)", Client: "c", Write: stats.Summarize([]float64{100}), Read: stats.Summarize([]float64{1000}), ReadCPU: stats.Summarize([]float64{400})},
+			{Server: "branchnfs main", Client: "c", Write: stats.Summarize([]float64{150}), Read: stats.Summarize([]float64{500}), ReadCPU: stats.Summarize([]float64{800})},
 		},
 		Storage: []branchops.GrowthResult{{Workload: "EDIT16", AddedMiB: 0.1}, {Workload: "Prepend", AddedMiB: 1}},
 		Memory:  []memRow{{Phase: "p", PeakRSS: 500 << 20}},
@@ -59,5 +59,20 @@ func TestRenderNamesMissedTargets(t *testing.T) {
 	}
 	if !strings.Contains(md, "| branchnfs main | c | 150 (150–150) | 1.50× |") {
 		t.Errorf("throughput row or ratio wrong:\n%s", md)
+	}
+	if !strings.Contains(md, "| branchnfs main | 800 (800–800) | 2.00× |") {
+		t.Errorf("server CPU row or ratio wrong:\n%s", md)
+	}
+}
+
+func TestStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis, utime 250 and stime
+	// 75 ticks.
+	line := "4242 (ganesha.nfsd (x)) S 1 4242 4242 0 -1 4194560 1200 0 0 0 250 75 0 0 20 0 9 0 100 1000 200 18446744073709551615\n"
+	if got := statCPU([]byte(line)); got != 3.25 {
+		t.Errorf("statCPU = %v, want 3.25", got)
+	}
+	if got := statCPU([]byte("garbage")); got != 0 {
+		t.Errorf("statCPU(garbage) = %v, want 0", got)
 	}
 }
