@@ -31,7 +31,7 @@ type Options struct {
 	// Env is the command's environment (default: os.Environ()).
 	Env []string
 	// Stdin, Stdout and Stderr are the command's standard files (default:
-	// /dev/null for Stdin, discard for the others).
+	// /dev/null).
 	Stdin, Stdout, Stderr *os.File
 	// Score gives the command a pipe as file descriptor 3; what the tree
 	// writes there (up to 4 KiB) is returned by Score once the tree is gone.
@@ -176,15 +176,17 @@ func Start(opts Options) (*Attempt, error) {
 	}
 	h := exec.Command(opts.Helper)
 	h.Env = append(append([]string{}, opts.Env...), helperEnv+"="+string(cfg))
-	h.Stdin, h.Stdout, h.Stderr = opts.Stdin, opts.Stdout, opts.Stderr
-	if h.Stdout == nil {
-		h.Stdout = io.Discard
+	// A nil *os.File must stay a nil interface: exec.Cmd then gives the
+	// helper /dev/null, where a typed nil would leave the descriptor closed
+	// (and the next file the helper opens would take its number).
+	if opts.Stdin != nil {
+		h.Stdin = opts.Stdin
 	}
-	if h.Stderr == nil {
-		h.Stderr = io.Discard
+	if opts.Stdout != nil {
+		h.Stdout = opts.Stdout
 	}
-	if opts.Stdin == nil {
-		h.Stdin = nil // /dev/null
+	if opts.Stderr != nil {
+		h.Stderr = opts.Stderr
 	}
 	h.ExtraFiles = extra
 	err = h.Start()

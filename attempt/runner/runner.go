@@ -413,11 +413,15 @@ func (o *Options) runCheck(ctx context.Context, r *running, argv []string, stdou
 	env := append(append([]string{}, o.Env...),
 		"BRANCHNFS_BRANCH="+r.rec.Branch, "BRANCHNFS_PARENT="+r.rec.Parent,
 		"BRANCHNFS_ATTEMPT="+r.rec.Attempt, "BRANCHNFS_STORE="+o.Store)
+	logf := r.logFile()
+	if logf != nil {
+		defer logf.Close()
+	}
 	out := stdout
 	if out == nil {
-		out = r.logFile()
+		out = logf
 	}
-	a, err := attempt.Start(attempt.Options{Argv: argv, Dir: r.dir, Env: env, Stdout: out, Stderr: r.logFile(), Grace: o.Grace, Helper: o.Helper})
+	a, err := attempt.Start(attempt.Options{Argv: argv, Dir: r.dir, Env: env, Stdout: out, Stderr: logf, Grace: o.Grace, Helper: o.Helper})
 	if err != nil {
 		return 127, err
 	}
@@ -438,6 +442,8 @@ func (o *Options) runCheck(ctx context.Context, r *running, argv []string, stdou
 	return a.Status().ExitCode(), ctx.Err()
 }
 
+// logFile opens the attempt's log for appending (nil without one); the
+// caller closes it.
 func (r *running) logFile() *os.File {
 	if r.rec.Log == "" {
 		return nil
@@ -446,7 +452,7 @@ func (r *running) logFile() *os.File {
 	if err != nil {
 		return nil
 	}
-	return f // closed by the garbage collector's finalizer; rarely used
+	return f
 }
 
 // parseScore reads a number from what an attempt printed.
