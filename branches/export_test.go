@@ -5,16 +5,16 @@ import "github.com/branchnfs/branchnfs/kv"
 // Store returns the underlying store (for tests).
 func (m *Manager) Store() kv.Store { return m.store }
 
-// Views counts the branch views the Manager holds: all, and those of
-// committed or aborted branches.
+// Views counts the branches the Manager holds in memory: all, and those
+// committed or aborted that still hold a view.
 func (m *Manager) Views() (all, gone int) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, b := range m.byID {
+		all++
 		if b.fs == nil {
 			continue
 		}
-		all++
 		if b.rec.State == StateCommitted || b.rec.State == StateAborted {
 			gone++
 		}

@@ -116,15 +116,18 @@ type branch struct {
 	fs  *cowfs.FS // nil once committed or aborted
 }
 
-// releaseLocked drops the view of a committed or aborted branch, so the
-// Manager keeps only its record (m.mu and opMu held). The view must already
-// be invalidated: requests still holding it get ESTALE, and ViewByID
-// answers ErrStale from the record.
+// releaseLocked forgets a committed or aborted branch, whose record is
+// already in the store (m.mu and opMu held): the Manager keeps live and
+// invalidated branches only, so its memory does not grow with the number of
+// branches ever created. The view must already be invalidated: requests
+// still holding it get ESTALE, and ViewByID answers ErrStale for an id it
+// does not know.
 func (m *Manager) releaseLocked(b *branch) {
 	if b.fs != nil {
 		b.fs.Close()
 		b.fs = nil
 	}
+	delete(m.byID, b.rec.ID)
 }
 
 // Manager owns the branches of one store. It is safe for concurrent use.
@@ -238,19 +241,19 @@ func (m *Manager) load(ctx context.Context) error {
 		return m.createMain(ctx)
 	}
 	for _, r := range recs {
-		b := &branch{rec: r}
-		switch r.State {
-		case StateLive, StateInvalidated:
-			fs, err := cowfs.New(m.store, m.alloc, r.Top, m.opts.FS)
-			if err != nil {
-				return fmt.Errorf("branches: open %s: %w", r.Name, err)
-			}
-			if r.State == StateInvalidated {
-				fs.Invalidate(&InvalidatedError{Branch: r.Name, By: r.InvalidatedBy})
-			}
-			b.fs = fs
-			m.byName[r.Name] = b
+		if r.State != StateLive && r.State != StateInvalidated {
+			continue // committed and aborted branches stay in the store only
 		}
+		b := &branch{rec: r}
+		fs, err := cowfs.New(m.store, m.alloc, r.Top, m.opts.FS)
+		if err != nil {
+			return fmt.Errorf("branches: open %s: %w", r.Name, err)
+		}
+		if r.State == StateInvalidated {
+			fs.Invalidate(&InvalidatedError{Branch: r.Name, By: r.InvalidatedBy})
+		}
+		b.fs = fs
+		m.byName[r.Name] = b
 		m.byID[r.ID] = b
 	}
 	if _, ok := m.byName[MainBranch]; !ok {
@@ -345,13 +348,14 @@ func (m *Manager) View(name string) (*cowfs.FS, Info, error) {
 }
 
 // ViewByID is View by branch id (for NFS handles). A committed or aborted
-// branch gives ErrStale.
+// branch gives ErrStale: ids are never reused, so an id the Manager does not
+// hold is one of those.
 func (m *Manager) ViewByID(id BranchID) (*cowfs.FS, Info, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	b, ok := m.byID[id]
 	if !ok {
-		return nil, Info{}, fmt.Errorf("%w: branch id %d", ErrNotFound, id)
+		return nil, Info{}, fmt.Errorf("%w: branch id %d was committed or aborted", ErrStale, id)
 	}
 	switch b.rec.State {
 	case StateInvalidated:
@@ -495,13 +499,43 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 		bs = append(bs, b)
 	}
 	m.mu.RUnlock()
-	out := make([]Info, 0, len(bs))
+	// Committed and aborted branches are in the store only.
+	recs := map[BranchID]record{}
+	err := m.store.View(ctx, func(tx kv.Txn) error {
+		clear(recs)
+		return tx.Iterate([]byte{'B'}, nil, false, func(k, v []byte) (bool, error) {
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return false, fmt.Errorf("branches: corrupt record %x: %w", k, err)
+			}
+			recs[r.ID] = r
+			return true, nil
+		})
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Info, 0, len(recs))
+	held := map[BranchID]bool{}
 	for _, b := range bs {
 		in, err := m.fullInfo(ctx, b)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, in)
+		held[in.ID] = true
+	}
+	for id, r := range recs {
+		if !held[id] {
+			out = append(out, storedInfo(r, recs))
+		}
+	}
+	for i, in := range out {
+		if r, ok := recs[in.ID]; ok && in.ParentID != 0 && !held[in.ParentID] {
+			// An invalidated branch whose parent was committed since.
+			si := storedInfo(r, recs)
+			out[i].Parent, out[i].Depth = si.Parent, si.Depth
+		}
 	}
 	// Order as a tree walk.
 	kids := map[BranchID][]Info{}
@@ -531,6 +565,21 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 		}
 	}
 	return res, nil
+}
+
+// storedInfo describes a branch the Manager does not hold (committed or
+// aborted) from its record and the other records of the store.
+func storedInfo(r record, recs map[BranchID]record) Info {
+	in := Info{ID: r.ID, Name: r.Name, ParentID: r.Parent, State: r.State, InvalidatedBy: r.InvalidatedBy,
+		ForkTime: r.ForkTime, ForkedFrom: r.ForkedFrom, Parent: recs[r.Parent].Name}
+	for p := r.Parent; p != 0 && in.Depth <= 1<<16; in.Depth++ {
+		pr, ok := recs[p]
+		if !ok {
+			break
+		}
+		p = pr.Parent
+	}
+	return in
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

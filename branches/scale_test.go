@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"syscall"
 	"testing"
 
@@ -46,7 +47,22 @@ func TestGoneViewsReleased(t *testing.T) {
 	}
 	all, goneViews := m.Views()
 	if goneViews != 0 || all != 1 {
-		t.Fatalf("Manager holds %d views, %d of gone branches; want 1 (main) and 0", all, goneViews)
+		t.Fatalf("Manager holds %d branches and %d views of gone branches; want 1 (main) and 0", all, goneViews)
+	}
+	// The store still knows them all.
+	infos, err := m.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := map[branches.State]int{}
+	for _, in := range infos {
+		states[in.State]++
+		if in.Name != "main" && (in.Parent == "" || in.Depth == 0) {
+			t.Errorf("List: %s has parent %q, depth %d", in.Name, in.Parent, in.Depth)
+		}
+	}
+	if want := map[branches.State]int{branches.StateLive: 1, branches.StateCommitted: 10, branches.StateAborted: 40}; !maps.Equal(states, want) {
+		t.Errorf("List states = %v, want %v", states, want)
 	}
 	for _, g := range old {
 		if _, _, err := m.ViewByID(g.id); !errors.Is(err, branches.ErrStale) {
