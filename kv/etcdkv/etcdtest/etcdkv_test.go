@@ -334,10 +334,11 @@ func testCompacted(t *testing.T, c *etcdtest.Cluster) {
 
 // TestMemberLoss: with one member of three down the store goes on; with
 // two down a commit fails with ErrUnknownOutcome (it was sent, and no
-// answer came) and nothing hangs past the request timeout.
+// answer came) within the request timeout, and once the members return it
+// turns out applied whole or not at all.
 func TestMemberLoss(t *testing.T) {
 	c := etcdtest.StartCluster(t, etcdtest.Options{})
-	s := c.NewStore(t, etcdkv.Options{RequestTimeout: 2 * time.Second})
+	s := c.NewStore(t, etcdkv.Options{Prefix: "/loss/"})
 	fill(t, s, "m/", 10)
 	c.Stop(0)
 	fill(t, s, "n/", 10)
@@ -348,18 +349,41 @@ func TestMemberLoss(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read with one member of three down: %v", err)
 	}
-	err = s.Update(ctx, func(tx kv.Txn) error {
+	q := c.NewStore(t, etcdkv.Options{Prefix: "/loss/", RequestTimeout: 2 * time.Second})
+	err = q.Update(ctx, func(tx kv.Txn) error {
 		if _, err := tx.Get([]byte("m/0001")); err != nil {
 			return err
 		}
 		c.Stop(1) // the cluster loses its quorum before the commit
-		return tx.Set([]byte("m/0001"), []byte("lost?"))
+		if err := tx.Set([]byte("m/0001"), []byte("lost?")); err != nil {
+			return err
+		}
+		return tx.Set([]byte("m/0002"), []byte("lost?"))
 	})
 	if !errors.Is(err, kv.ErrUnknownOutcome) {
 		t.Fatalf("commit without quorum: %v, want ErrUnknownOutcome", err)
 	}
-	if err := s.View(ctx, func(kv.Txn) error { return nil }); err == nil {
+	if err := q.View(ctx, func(kv.Txn) error { return nil }); err == nil {
 		t.Fatal("View without quorum succeeded")
+	}
+	// Back to three members: the commit was applied whole or not at all.
+	c.Restart(t)
+	err = s.View(ctx, func(tx kv.Txn) error {
+		v1, err := tx.Get([]byte("m/0001"))
+		if err != nil {
+			return err
+		}
+		v2, err := tx.Get([]byte("m/0002"))
+		if err != nil {
+			return err
+		}
+		if string(v1) != string(v2) {
+			t.Errorf("a commit of unknown outcome was applied in part: m/0001=%q m/0002=%q", v1, v2)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read after the members returned: %v", err)
 	}
 }
 
