@@ -133,14 +133,14 @@ func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
 }
 
 // roomToRewrite refuses a value-log rewrite when the disk could not take
-// the moved values: Badger writes them through a mapping, and a full disk
-// would kill the process.
+// the moved values (at most a file's worth, plus their keys): Badger
+// writes them through a mapping, and a full disk would kill the process.
 func (s *badgerStore) roomToRewrite() error {
 	if s.res.size == 0 {
 		return nil
 	}
 	st, err := s.res.stat()
-	if err != nil || st.avail >= uint64(2*s.opts.ValueLogFileSize) {
+	if err != nil || st.avail >= uint64(s.opts.ValueLogFileSize+s.opts.ValueLogFileSize/4) {
 		return nil
 	}
 	return noSpacef("cannot give space back: the filesystem of %s has %s free, and rewriting a value log may take %s; free space on it, then run gc again",

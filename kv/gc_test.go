@@ -237,11 +237,11 @@ func TestReclaimSpaceRefusesRewriteOnFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	avail.Store(6 << 20) // above half the reserve, below two value logs
+	avail.Store(9 << 19) // above half the reserve, below a value log and a quarter
 	kv.ExpireSpaceCache(s)
 	_, err = s.ReclaimSpace(ctx)
 	if !errors.Is(err, kv.ErrNoSpace) || !strings.Contains(err.Error(), "rewriting a value log") {
-		t.Fatalf("ReclaimSpace with 6 MiB free: %v, want a refusal that says why", err)
+		t.Fatalf("ReclaimSpace with 4.5 MiB free: %v, want a refusal that says why", err)
 	}
 	avail.Store(10 << 30)
 	kv.ExpireSpaceCache(s)
