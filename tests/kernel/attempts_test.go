@@ -53,11 +53,17 @@ func TestKernelAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actions := map[string]hostAction{
-		"fork": func(extra []string) error {
-			_, err := srv.cli(append([]string{"fork"}, extra...)...)
+	cli := func(args ...string) hostAction {
+		return func(extra []string) error {
+			_, err := srv.cli(append(args, extra...)...)
 			return err
-		},
+		}
+	}
+	actions := map[string]hostAction{
+		"fork": cli("fork"),
+		// The guest's mount uses the branch: an abort from elsewhere must
+		// be forced.
+		"abort": cli("abort", "--force"),
 	}
 	opts, err := srv.linuxMountOptions("main")
 	if err != nil {

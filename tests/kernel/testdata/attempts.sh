@@ -80,9 +80,32 @@ exec_killed_lease_expires() {
 	echo "e4 aborted after about $((i/10))s"
 }
 
+# best-of runs every attempt to its end and commits the best score (what
+# each wrote to fd 3); the others are aborted.
+best_of_commits_best() {
+	out=$(bnfs best-of main -n 3 --json -- sh -c 'i=${BRANCHNFS_BRANCH##*-}; echo $i > best.txt; echo $i >&3') || fail "best-of exit $?: $out"
+	expect_eq "$(cat /mnt/all/main/best.txt)" 2 "main/best.txt (the best score)"
+	case "$out" in *'"state": "committed"'*) ;; *) fail "nothing committed: $out";; esac
+}
+
+# A write storm whose branch is aborted from the host: exec sees the branch
+# gone and kills the tree, whose setsid grandchild ignores SIGTERM.
+abort_during_write_storm() {
+	host fork main e5 || fail "fork e5"
+	/bin/branchnfs exec e5 --mount /mnt/all --grace 300ms --json -- sh -c '(setsid sh -c "trap \"\" TERM; echo \$\$ > /tmp/e5.pid; while :; do echo s >> s.txt; done" &); while :; do dd if=/dev/zero of=d bs=64k count=8 2>/dev/null; done' > /tmp/e5.json &
+	ex=$!
+	while [ ! -s /tmp/e5.pid ]; do sleep 0.1; done
+	host abort e5 || fail "abort e5"
+	wait $ex
+	grep -q '"killed_by":"branch_gone"' /tmp/e5.json || fail "exec record: $(cat /tmp/e5.json)"
+	gone /tmp/e5.pid || fail "grandchild still runs"
+}
+
 step mount_root mount_root
 step exec_commits_every_byte exec_commits_every_byte
 step exec_timeout_write_storm exec_timeout_write_storm
 step race_kills_loser race_kills_loser
 step exec_interrupted exec_interrupted
 step exec_killed_lease_expires exec_killed_lease_expires
+step best_of_commits_best best_of_commits_best
+step abort_during_write_storm abort_during_write_storm
