@@ -41,15 +41,20 @@ type Cluster struct {
 	prefixes  atomic.Int64
 }
 
-// freePort returns a loopback port nobody listens on right now.
-func freePort(tb testing.TB) int {
+// freePorts returns n distinct loopback ports nobody listens on right now
+// (all are held open until every one is chosen, so none repeats).
+func freePorts(tb testing.TB, n int) []int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatalf("etcdtest: find a free port: %v", err)
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("etcdtest: find a free port: %v", err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // StartCluster starts a cluster and waits until it has a leader. It is
@@ -63,10 +68,11 @@ func StartCluster(tb testing.TB, opts Options) *Cluster {
 	type urls struct{ peer, client url.URL }
 	addrs := make([]urls, opts.Members)
 	var initial []string
+	ports := freePorts(tb, 2*opts.Members)
 	for i := range addrs {
 		addrs[i] = urls{
-			peer:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freePort(tb))},
-			client: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freePort(tb))},
+			peer:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
+			client: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 		}
 		initial = append(initial, fmt.Sprintf("m%d=%s", i, addrs[i].peer.String()))
 	}
