@@ -148,6 +148,9 @@ type ServerOptions struct {
 	Args []string
 	// Wait is how long the control API may take to answer (default 60 s).
 	Wait time.Duration
+	// NoFile, if set, is the server's limit on open files (RLIMIT_NOFILE),
+	// set by a shell's ulimit before it execs the server.
+	NoFile int
 }
 
 // StartServer starts `branchnfs serve --store store` and waits until its
@@ -163,7 +166,11 @@ func StartServer(t testing.TB, bin, store string, o ServerOptions) *Server {
 	}
 	args := append([]string{"serve", "--store", store, "--listen", o.Listen}, o.Args...)
 	s := &Server{Store: store, Out: &SyncBuffer{}, done: make(chan struct{})}
-	s.Cmd = exec.Command(bin, args...)
+	if o.NoFile > 0 {
+		s.Cmd = exec.Command("/bin/sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, o.NoFile), bin}, args...)...)
+	} else {
+		s.Cmd = exec.Command(bin, args...)
+	}
 	s.Cmd.Env = append(os.Environ(), o.Env...)
 	o.User.Apply(s.Cmd)
 	s.Cmd.Stdout, s.Cmd.Stderr = s.Out, s.Out

@@ -5,9 +5,11 @@
 package faults
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/branchnfs/branchnfs/internal/testbin"
 	nfs "github.com/willscott/go-nfs-client/nfs"
@@ -40,8 +42,14 @@ type server struct {
 // its control API answers.
 func startServer(t *testing.T, store string, uid uint32, extra ...string) *server {
 	t.Helper()
-	s := testbin.StartServer(t, binPath, store, testbin.ServerOptions{
-		User: testbin.User{UID: uid, GID: uid}, Env: []string{"HOME=" + filepath.Dir(store)}, Args: extra})
+	return startServerOpts(t, store, testbin.ServerOptions{User: testbin.User{UID: uid, GID: uid}, Args: extra})
+}
+
+// startServerOpts is startServer with every option of the harness.
+func startServerOpts(t *testing.T, store string, o testbin.ServerOptions) *server {
+	t.Helper()
+	o.Env = append(o.Env, "HOME="+filepath.Dir(store))
+	s := testbin.StartServer(t, binPath, store, o)
 	return &server{Server: s, port: s.Port, out: s.Out}
 }
 
@@ -62,11 +70,28 @@ type conn struct {
 // mount connects to the server and mounts export as uid.
 func mount(t *testing.T, port int, export string, uid uint32) *conn {
 	t.Helper()
+	c, err := dialMount(port, export, uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.c.Close)
+	return c
+}
+
+// dialMount connects and mounts export as uid; the caller closes c.c.
+func dialMount(port int, export string, uid uint32) (*conn, error) {
 	c, err := nfs.DialServiceAtPort("127.0.0.1", port)
 	if err != nil {
-		t.Fatalf("dial 127.0.0.1:%d: %v", port, err)
+		return nil, fmt.Errorf("dial 127.0.0.1:%d: %v", port, err)
 	}
-	t.Cleanup(c.Close)
+	cn, err := mountOn(c, export, uid)
+	if err != nil {
+		c.Close()
+	}
+	return cn, err
+}
+
+func mountOn(c *rpc.Client, export string, uid uint32) (*conn, error) {
 	auth := rpc.NewAuthUnix("faults", uid, uid).Auth()
 	type mountArgs struct {
 		rpc.Header
@@ -75,20 +100,45 @@ func mount(t *testing.T, port int, export string, uid uint32) *conn {
 	res, err := c.Call(&mountArgs{rpc.Header{Rpcvers: 2, Prog: nfs.MountProg, Vers: nfs.MountVers,
 		Proc: nfs.MountProc3MNT, Cred: auth, Verf: rpc.AuthNull}, export})
 	if err != nil {
-		t.Fatalf("MNT %s: %v", export, err)
+		return nil, fmt.Errorf("MNT %s: %v", export, err)
 	}
 	if stat, err := xdr.ReadUint32(res); err != nil || stat != nfs.MNT3Ok {
-		t.Fatalf("MNT %s: status %d, %v", export, stat, err)
+		return nil, fmt.Errorf("MNT %s: status %d, %v", export, stat, err)
 	}
 	fh, err := xdr.ReadOpaque(res)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	tg, err := nfs.NewTargetWithClient(c, auth, fh, "/", 0)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return &conn{c: c, auth: auth, root: fh, tg: tg}
+	return &conn{c: c, auth: auth, root: fh, tg: tg}, nil
+}
+
+// tryMount is dialMount that gives up after wait (the server may not
+// accept the connection yet); a mount that completes later is closed.
+func tryMount(port int, export string, uid uint32, wait time.Duration) (*conn, error) {
+	type result struct {
+		c   *conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := dialMount(port, export, uid)
+		ch <- result{c, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-time.After(wait):
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.c.Close()
+			}
+		}()
+		return nil, fmt.Errorf("no answer within %v", wait)
+	}
 }
 
 func (c *conn) header(proc uint32) rpc.Header {
