@@ -32,7 +32,10 @@
 // Error model: kv.ErrNotFound, kv.ErrReadOnly, kv.ErrTxnTooBig, kv.ErrClosed
 // and kv.ErrConflict as the contract says; kv.ErrNoSpace when the cluster is
 // over its --quota-backend-bytes; ErrCompacted when a View or Snapshot
-// outlived the cluster's history (Update starts over instead); and
+// outlived the cluster's history (Update starts over instead);
+// ErrUnavailable when the member reached knows no leader and refused the
+// request (every request asks for that refusal, so nothing was applied;
+// Update waits up to Options.RequestTimeout for a leader first); and
 // kv.ErrUnknownOutcome when a commit was sent but no answer came back, in
 // which case it may have been applied. Every request is bounded by
 // Options.RequestTimeout.

@@ -118,7 +118,7 @@ func Open(cfg clientv3.Config, opts Options) (kv.Store, error) {
 // revision returns the cluster's current revision with a linearizable read:
 // every transaction committed before the call is at or below it.
 func (s *store) revision(ctx context.Context) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	ctx, cancel := s.reqCtx(ctx)
 	defer cancel()
 	resp, err := s.kv.Get(ctx, "\x00", clientv3.WithCountOnly())
 	if err != nil {
@@ -142,6 +142,23 @@ func (s *store) View(ctx context.Context, fn func(kv.Txn) error) error {
 }
 
 func (s *store) Update(ctx context.Context, fn func(kv.Txn) error) error {
+	// waitLeader reports whether to try again after an ErrUnavailable:
+	// nothing was applied, and an election takes a few election timeouts,
+	// so Update waits for a leader for up to one request timeout.
+	var unavailableSince time.Time
+	waitLeader := func(err error) bool {
+		if !errors.Is(err, ErrUnavailable) {
+			return false
+		}
+		if unavailableSince.IsZero() {
+			unavailableSince = time.Now()
+		}
+		if time.Since(unavailableSince) >= s.opts.RequestTimeout || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+		return true
+	}
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -156,10 +173,16 @@ func (s *store) Update(ctx context.Context, fn func(kv.Txn) error) error {
 			// The snapshot went away under fn: start over at a newer one.
 			continue
 		}
+		if waitLeader(err) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		ok, err := t.commit()
+		if waitLeader(err) {
+			continue
+		}
 		if err != nil || ok {
 			return err
 		}
@@ -281,6 +304,8 @@ func (s *store) mapErr(err error, rev int64) error {
 		return err
 	case errors.Is(err, rpctypes.ErrCompacted):
 		return fmt.Errorf("%w: the snapshot at revision %d is older than the cluster's compacted history (%w); retry the operation, and raise --auto-compaction-retention if this happens often", ErrCompacted, rev, err)
+	case errors.Is(err, rpctypes.ErrNoLeader):
+		return fmt.Errorf("%w: the etcd member has no leader (%w): a majority of the cluster's members is down or cut off from the others; nothing was applied", ErrUnavailable, err)
 	case errors.Is(err, rpctypes.ErrNoSpace):
 		return fmt.Errorf("%w: the etcd cluster is over its --quota-backend-bytes (%w); compact and defragment it, then run 'etcdctl alarm disarm'", kv.ErrNoSpace, err)
 	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge), status.Code(err) == codes.ResourceExhausted:
@@ -321,7 +346,15 @@ type txn struct {
 }
 
 func (t *txn) reqCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(t.ctx, t.s.opts.RequestTimeout)
+	return t.s.reqCtx(t.ctx)
+}
+
+// reqCtx bounds one request by Options.RequestTimeout and asks the member
+// to refuse it at once when it knows no leader (etcd's "require leader"),
+// instead of holding it until the timeout: a refusal is a clean failure,
+// where a timed-out commit has an unknown outcome.
+func (s *store) reqCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(clientv3.WithRequireLeader(ctx), s.opts.RequestTimeout)
 }
 
 // fetch reads key at the snapshot revision, recording the read.
@@ -592,13 +625,13 @@ func (t *txn) commit() (bool, error) {
 	resp, err := t.s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		mapped := t.s.mapErr(err, t.rev)
-		if errors.Is(mapped, kv.ErrTxnTooBig) || errors.Is(mapped, kv.ErrNoSpace) || errors.Is(mapped, ErrCompacted) {
+		if errors.Is(mapped, kv.ErrTxnTooBig) || errors.Is(mapped, kv.ErrNoSpace) || errors.Is(mapped, ErrCompacted) || errors.Is(mapped, ErrUnavailable) {
 			return false, mapped // refused by the server: nothing applied
 		}
 		// The request may have reached the leader and been applied while
 		// the answer was lost (timeout, cancel, lost connection).
-		return false, fmt.Errorf("%w: the commit of %d writes at revision %d got no answer from the etcd cluster (%w): it may or may not have been applied; read the state again before retrying",
-			kv.ErrUnknownOutcome, len(ops), t.rev, mapped)
+		return false, fmt.Errorf("%w: the commit of %d writes got no answer from the etcd cluster (%w): it may or may not have been applied; read the state again before retrying",
+			kv.ErrUnknownOutcome, len(ops), mapped)
 	}
 	return resp.Succeeded, nil
 }
