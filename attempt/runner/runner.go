@@ -141,13 +141,14 @@ func (o *Options) hold(ctx context.Context, r *running, kind string) {
 	}
 	u.LeaseMS = o.Lease.Milliseconds()
 	o.setMeta(ctx, r, u)
-	r.stopLease = make(chan struct{})
+	stop := make(chan struct{})
+	r.stopLease = stop
 	go func() {
 		t := time.NewTicker(o.Lease / 3)
 		defer t.Stop()
 		for {
 			select {
-			case <-r.stopLease:
+			case <-stop:
 				return
 			case <-t.C:
 				o.setMeta(ctx, r, branches.MetaUpdate{LeaseMS: o.Lease.Milliseconds()})
