@@ -265,9 +265,11 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	// of them fails; then close the other one too.
 	g.Go(func() error {
 		<-gctx.Done()
+		// Closing the API first ends its jobs (fence, kill), so that no
+		// attempt keeps the mount busy when it is unmounted.
+		ctl.Close()
 		unmount()
 		warnMounted(o.stderr, nfs.Mounts())
-		ctl.Close()
 		nfs.Close()
 		return nil
 	})
