@@ -3,6 +3,7 @@ package branches_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -82,5 +83,59 @@ func TestMergeLeavesParentUsable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMergeWithConcurrentParentWrites commits a child with many files
+// while another goroutine keeps creating files in the parent: the commit
+// succeeds and the parent ends with both sides' files.
+func TestMergeWithConcurrentParentWrites(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	write(t, m, "main", "e/base", "base")
+	must(m.Fork(ctx, "main", "c"))(t)
+	const files = 300
+	for i := 0; i < files; i++ {
+		write(t, m, "c", fmt.Sprintf("e/k%d", i), "child")
+	}
+	write(t, m, "main", "x", "main")
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		defer func() { done <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			write(t, m, "main", fmt.Sprintf("e/p%d", n), fmt.Sprint(n))
+			n++
+			if got := read(t, m, "main", "x"); got != "main" {
+				t.Errorf("main/x = %q while committing", got)
+				return
+			}
+		}
+	}()
+	res, err := m.Commit(ctx, "c")
+	close(stop)
+	n := <-done
+	if err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	if res.FastPath {
+		t.Fatal("commit took the fast path")
+	}
+	t.Logf("the parent wrote %d files around the commit", n)
+	for i := 0; i < files; i++ {
+		if got := read(t, m, "main", fmt.Sprintf("e/k%d", i)); got != "child" {
+			t.Fatalf("main/e/k%d = %q, want child", i, got)
+		}
+	}
+	for j := 0; j < n; j++ {
+		if got := read(t, m, "main", fmt.Sprintf("e/p%d", j)); got != fmt.Sprint(j) {
+			t.Fatalf("main/e/p%d = %q, want %d", j, got, j)
+		}
 	}
 }
