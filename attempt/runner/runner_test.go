@@ -83,10 +83,14 @@ func readPID(t *testing.T, path string) int {
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
+// leave sets $S to setsid(1) where there is one (Linux); see the attempt
+// package's tests.
+const leave = `S=$(command -v setsid); `
+
 // escapee is a script whose grandchild leaves the session, ignores
 // SIGTERM and writes its pid to pidFile; the leader then sleeps.
 func escapee(pidFile string) string {
-	return `( setsid sh -c 'trap "" TERM; echo $$ > ` + pidFile + `; while :; do sleep 0.01; done' & ) ; sleep 1000`
+	return leave + `( $S sh -c 'trap "" TERM; echo $$ > ` + pidFile + `; while :; do sleep 0.01; done' & ) ; sleep 1000`
 }
 
 func TestExecOnExit(t *testing.T) {
