@@ -347,7 +347,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 //
 // Under the lock it freezes the parent's top under a fresh layer f that
 // takes the parent's writes meanwhile (as a fork does, in one small
-// transaction), then merges into dst over the frozen stack with the lock
+// transaction; a top known to be empty serves as f as it is), then merges into dst over the frozen stack with the lock
 // released, so the parent's clients go on reading and writing. Under the
 // lock again: if f stayed empty the result is dst over the frozen stack;
 // otherwise what the parent wrote meanwhile is merged over dst into dst2
@@ -356,32 +356,42 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 // commit. On any error the parent keeps f with its writes.
 func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.FS, cstack, frozen, bstack []cowfs.LayerID) (record, []cowfs.LayerID, int, error) {
 	name := c.rec.Name
-	f, err := m.alloc.NewLayerID(ctx)
-	if err != nil {
-		return record{}, nil, 0, err
-	}
+	prec := p.rec
 	dst, err := m.alloc.NewLayerID(ctx)
 	if err != nil {
 		return record{}, nil, 0, err
 	}
-	prec := p.rec
-	prec.Top = f
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
-		if err := cowfs.PutLayer(tx, f, frozen[0]); err != nil {
-			return err
+	var f cowfs.LayerID
+	if !pfs.TopDirty() && len(frozen) > 1 {
+		// The parent's top is known empty (a fork froze it): it takes
+		// the parent's writes meanwhile as it is, and nothing changes if
+		// the merge fails.
+		f, frozen = frozen[0], frozen[1:]
+		if err := m.store.Update(ctx, func(tx kv.Txn) error { return cowfs.PutLayer(tx, dst, frozen[0]) }); err != nil {
+			return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
 		}
-		if err := cowfs.PutLayer(tx, dst, frozen[0]); err != nil {
-			return err
+	} else {
+		if f, err = m.alloc.NewLayerID(ctx); err != nil {
+			return record{}, nil, 0, err
 		}
-		return putRecord(tx, prec)
-	})
-	if err != nil {
-		return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
+		prec.Top = f
+		err = m.store.Update(ctx, func(tx kv.Txn) error {
+			if err := cowfs.PutLayer(tx, f, frozen[0]); err != nil {
+				return err
+			}
+			if err := cowfs.PutLayer(tx, dst, frozen[0]); err != nil {
+				return err
+			}
+			return putRecord(tx, prec)
+		})
+		if err != nil {
+			return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
+		}
+		pfs.SetFreshStackLocked(append([]cowfs.LayerID{f}, frozen...))
+		m.mu.Lock()
+		p.rec = prec
+		m.mu.Unlock()
 	}
-	pfs.SetFreshStackLocked(append([]cowfs.LayerID{f}, frozen...))
-	m.mu.Lock()
-	p.rec = prec
-	m.mu.Unlock()
 
 	pfs.Unlock()
 	if m.mergeHook != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -18,15 +19,20 @@ func TestMergeLeavesParentUsable(t *testing.T) {
 		during   map[string]string // written to main while the merge runs
 		conflict bool
 		want     map[string]string // main afterwards
+		emptyTop bool              // a sibling's fork leaves main's top empty before the commit
 	}{
 		{"parent idle", nil, false,
-			map[string]string{"a": "child", "x": "main", "e/k": "child"}},
+			map[string]string{"a": "child", "x": "main", "e/k": "child"}, false},
 		{"parent writes elsewhere", map[string]string{"during": "main2", "e/m": "main2"}, false,
-			map[string]string{"a": "child", "x": "main", "e/k": "child", "during": "main2", "e/m": "main2"}},
+			map[string]string{"a": "child", "x": "main", "e/k": "child", "during": "main2", "e/m": "main2"}, false},
 		{"parent silly-renames", map[string]string{".nfs.0000abcd.0001": "open"}, false,
-			map[string]string{"a": "child", ".nfs.0000abcd.0001": "open"}},
+			map[string]string{"a": "child", ".nfs.0000abcd.0001": "open"}, false},
+		{"empty top, parent writes elsewhere", map[string]string{"during": "main2"}, false,
+			map[string]string{"a": "child", "x": "main", "e/k": "child", "during": "main2"}, true},
+		{"empty top, parent writes the same path", map[string]string{"a": "main2"}, true,
+			map[string]string{"a": "main2", "x": "main", "e/k": "<missing>"}, true},
 		{"parent writes the same path", map[string]string{"a": "main2"}, true,
-			map[string]string{"a": "main2", "x": "main", "e/k": "<missing>"}},
+			map[string]string{"a": "main2", "x": "main", "e/k": "<missing>"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -36,6 +42,9 @@ func TestMergeLeavesParentUsable(t *testing.T) {
 			write(t, m, "c", "a", "child")
 			write(t, m, "c", "e/k", "child")
 			write(t, m, "main", "x", "main") // the parent changed: merge path
+			if tc.emptyTop {
+				must(m.Fork(ctx, "main", "sibling"))(t)
+			}
 			ran := false
 			m.SetMergeHook(func() {
 				ran = true
@@ -137,5 +146,38 @@ func TestMergeWithConcurrentParentWrites(t *testing.T) {
 		if got := read(t, m, "main", fmt.Sprintf("e/p%d", j)); got != fmt.Sprint(j) {
 			t.Fatalf("main/e/p%d = %q, want %d", j, got, j)
 		}
+	}
+}
+
+// TestFailedMergeKeepsParentStack checks that a merge commit that fails on
+// a conflict leaves the parent as it was when its top was empty, so a
+// sibling forked from that top still commits on the fast path.
+func TestFailedMergeKeepsParentStack(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t)
+	write(t, m, "main", "x", "base")
+	must(m.Fork(ctx, "main", "c"))(t)
+	write(t, m, "main", "y", "main")
+	write(t, m, "c", "y", "child") // conflicts with main's y
+	must(m.Fork(ctx, "main", "d"))(t)
+	write(t, m, "d", "z", "d")
+	fs, _, err := m.View("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := fs.Stack()
+	var ce *branches.ConflictError
+	if _, err := m.Commit(ctx, "c"); !errors.As(err, &ce) {
+		t.Fatalf("commit c: %v, want a conflict", err)
+	}
+	if after := fs.Stack(); !slices.Equal(before, after) {
+		t.Fatalf("main's stack changed from %v to %v by a failed commit", before, after)
+	}
+	res := must(m.Commit(ctx, "d"))(t)
+	if !res.FastPath {
+		t.Error("commit d took the merge path after c's failed commit")
+	}
+	if got := read(t, m, "main", "z"); got != "d" {
+		t.Errorf("main/z = %q, want d", got)
 	}
 }
