@@ -264,8 +264,16 @@ func (a *Attempt) readEvents(r *os.File) {
 	r.Close()
 	werr := a.helper.Wait()
 	a.mu.Lock()
+	info := a.info
+	a.mu.Unlock()
+	if !gone {
+		// The helper died (killed by the tree itself, say) before it
+		// ended the tree: end what is left of it from here.
+		killOrphans(info)
+	}
+	a.mu.Lock()
 	if !gone && a.err == nil {
-		a.err = fmt.Errorf("attempt: the helper (pid %d) died before the tree was gone (%v); its processes may run on", a.helper.Process.Pid, werr)
+		a.err = fmt.Errorf("attempt: the helper (pid %d) died before the tree was gone (%v); what was left of the tree was killed", a.helper.Process.Pid, werr)
 		if a.status == (Status{}) {
 			a.status = Status{Code: -1}
 		}

@@ -1,9 +1,12 @@
 package attempt
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // Without files, the command's standard files are /dev/null, never closed
@@ -18,5 +21,38 @@ func TestDefaultFilesAreDevNull(t *testing.T) {
 	}
 	if got := string(b); got != "/dev/null /dev/null /dev/null\n" {
 		t.Fatalf("fds 0-2 of the command: %q", got)
+	}
+}
+
+// A command that kills its own helper must neither keep the supervisor
+// waiting nor leave processes running: the helper's pipes are not
+// inherited, and the supervisor ends what the dead helper left.
+func TestCommandKillsItsHelper(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	a := start(t, `sleep 60 & echo $! > `+pidFile+`; for fd in 3 4 5; do readlink /proc/$$/fd/$fd; done > fds; kill -9 $PPID; wait`, Options{Dir: dir})
+	pid := readPID(t, pidFile)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	select {
+	case <-a.Done():
+	case <-ctx.Done():
+		t.Fatal("the supervisor still waits 30 s after the command killed its helper")
+	}
+	if a.Err() == nil {
+		t.Fatal("no error for a helper that died before the tree was gone")
+	}
+	for i := 0; alive(pid); i++ {
+		if i > 500 {
+			t.Fatalf("the command's child %d survived its helper", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "fds"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "pipe:") {
+		t.Fatalf("the command inherited the helper's pipes as fds 3-5: %q", b)
 	}
 }

@@ -53,6 +53,12 @@ func runHelper(cfgJSON string) int {
 		fmt.Fprintln(os.Stderr, "branchnfs attempt helper: started without its pipes")
 		return 1
 	}
+	// The command must not inherit the helper's pipes: with them it could
+	// forge events, or keep the event pipe open after killing the helper
+	// so that the supervisor never learns the helper is gone.
+	for fd := 3; fd <= 5; fd++ {
+		syscall.CloseOnExec(fd)
+	}
 	h := &helper{events: events}
 	if err := json.Unmarshal([]byte(cfgJSON), &h.cfg); err != nil || len(h.cfg.Argv) == 0 {
 		h.emit(event{Event: "error", Error: fmt.Sprintf("bad helper configuration: %v", err)})

@@ -62,3 +62,11 @@ func (t *tree) waitGone() {
 }
 
 func (t *tree) cleanup() {}
+
+// killOrphans ends what a dead helper left of its tree, from the
+// supervisor: its process group.
+func killOrphans(in Info) {
+	if in.PGID > 0 {
+		unix.Kill(-in.PGID, syscall.SIGKILL)
+	}
+}

@@ -265,3 +265,32 @@ func descendants(pid int) []int {
 	}
 	return out
 }
+
+// killOrphans ends what a dead helper left of its tree, from the
+// supervisor: cgroup.kill and every process of the cgroup, then the process
+// group, and removes the cgroup once it is empty (waiting at most 5 s).
+// Processes that left both (only possible without a cgroup) are out of
+// reach once the subreaper is gone.
+func killOrphans(in Info) {
+	if in.Cgroup != "" {
+		os.WriteFile(filepath.Join(in.Cgroup, "cgroup.kill"), []byte("1"), 0)
+		if b, err := os.ReadFile(filepath.Join(in.Cgroup, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+					unix.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+	}
+	if in.PGID > 0 {
+		unix.Kill(-in.PGID, syscall.SIGKILL)
+	}
+	if in.Cgroup != "" {
+		for i := 0; i < 500; i++ {
+			if err := os.Remove(in.Cgroup); err == nil || errors.Is(err, os.ErrNotExist) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
