@@ -441,6 +441,11 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.FS
 func (m *Manager) Abort(ctx context.Context, name string) (AbortResult, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
+	return m.abortLocked(ctx, name)
+}
+
+// abortLocked is Abort for a caller holding opMu.
+func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, error) {
 	m.mu.RLock()
 	b, ok := m.byName[name]
 	var victims []*branch

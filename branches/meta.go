@@ -62,11 +62,16 @@ func (m *Manager) SetMeta(ctx context.Context, name string, u MetaUpdate) (Meta,
 			return Meta{}, fmt.Errorf("%w: the value of label %q is %d bytes, more than 256", ErrInvalidName, k, len(v))
 		}
 	}
-	m.opMu.Lock()
-	defer m.opMu.Unlock()
+	// Not under opMu: a lease renewal must not wait behind a long merge
+	// or diff, or the lease would expire meanwhile. Meta keys are touched
+	// by no lifecycle operation; the Meta of a branch that ends meanwhile
+	// is deleted by the next ExpireLeases.
 	b, err := m.live(name)
 	if err != nil {
 		return Meta{}, err
+	}
+	if u.LeaseMS > 0 && b.rec.Parent == 0 {
+		return Meta{}, fmt.Errorf("%w: %q is the root branch: it cannot be aborted, so it takes no lease", ErrReadOnly, name)
 	}
 	var out Meta
 	err = m.store.Update(ctx, func(tx kv.Txn) error {
@@ -193,12 +198,47 @@ func (m *Manager) ExpireLeases(ctx context.Context, now time.Time) ([]string, er
 	}
 	sort.Strings(expired)
 	var aborted []string
+	var firstErr error
 	for _, name := range expired {
-		if _, err := m.Abort(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
-			return aborted, err
+		ok, err := m.expireLease(ctx, name, now)
+		if err != nil {
+			// One branch that cannot be aborted must not keep the others'
+			// leases from expiring.
+			m.opts.Logger.Warn("branches: lease expired but the branch could not be aborted", "branch", name, "err", err)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
 		}
-		m.opts.Logger.Info("branches: lease expired: branch aborted", "branch", name)
-		aborted = append(aborted, name)
+		if ok {
+			m.opts.Logger.Info("branches: lease expired: branch aborted", "branch", name)
+			aborted = append(aborted, name)
+		}
 	}
-	return aborted, nil
+	return aborted, firstErr
+}
+
+// expireLease aborts live branch name if, read again under opMu, its lease
+// still expired before now: a renewal that landed since the scan wins.
+func (m *Manager) expireLease(ctx context.Context, name string, now time.Time) (bool, error) {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	b, err := m.live(name)
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrStale) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var md Meta
+	if err := m.store.View(ctx, func(tx kv.Txn) error { return getMeta(tx, b.rec.ID, &md) }); err != nil {
+		return false, mapErr(err)
+	}
+	if md.LeaseExpires == nil || !md.LeaseExpires.Before(now) {
+		return false, nil
+	}
+	if _, err := m.abortLocked(ctx, name); err != nil && !errors.Is(err, ErrNotFound) {
+		return false, err
+	}
+	return true, nil
 }

@@ -70,3 +70,72 @@ func TestMeta(t *testing.T) {
 		t.Fatalf("a removed lease aborted %v", aborted)
 	}
 }
+
+// The root branch cannot be aborted, so it takes no lease; and a lease
+// that cannot be honoured (written on main by an older version) does not
+// keep other leases from expiring.
+func TestLeaseOnRootBranch(t *testing.T) {
+	ctx := context.Background()
+	m := branchestest.NewManager(t, branches.Options{})
+	if _, err := m.SetMeta(ctx, branches.MainBranch, branches.MetaUpdate{LeaseMS: 1000}); !errors.Is(err, branches.ErrReadOnly) {
+		t.Fatalf("lease on main: %v, want ErrReadOnly", err)
+	}
+	if _, err := m.Fork(ctx, "main", "zz-attempt"); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Minute)
+	for _, b := range []string{branches.MainBranch, "zz-attempt"} {
+		if err := m.PutLease(ctx, b, past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	aborted, err := m.ExpireLeases(ctx, time.Now())
+	if err == nil {
+		t.Fatal("ExpireLeases reported no error for the lease on main")
+	}
+	if len(aborted) != 1 || aborted[0] != "zz-attempt" {
+		t.Fatalf("aborted %v, want [zz-attempt] despite main's lease", aborted)
+	}
+}
+
+// A lease renewal does not wait for the lifecycle lock, which a long merge
+// or diff holds; and the reaper checks the lease again before it aborts.
+func TestLeaseRenewalDuringLongOperation(t *testing.T) {
+	ctx := context.Background()
+	m := branchestest.NewManager(t, branches.Options{})
+	if _, err := m.Fork(ctx, "main", "att"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.PutLease(ctx, "att", time.Now().Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	unlock := m.LockOps()
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := m.SetMeta(ctx, "att", branches.MetaUpdate{LeaseMS: 60_000})
+		renewed <- err
+	}()
+	select {
+	case err := <-renewed:
+		if err != nil {
+			unlock()
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		unlock()
+		t.Fatal("a lease renewal waited for the lifecycle lock")
+	}
+	// The reaper, once it has the lock, sees the renewed lease.
+	expired := make(chan []string, 1)
+	go func() {
+		a, _ := m.ExpireLeases(ctx, time.Now())
+		expired <- a
+	}()
+	unlock()
+	if a := <-expired; len(a) != 0 {
+		t.Fatalf("aborted %v after the lease was renewed", a)
+	}
+	if in, err := m.Get(ctx, "att"); err != nil || in.State != branches.StateLive {
+		t.Fatalf("att after the reaper: %+v, %v", in, err)
+	}
+}

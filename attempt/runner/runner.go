@@ -135,7 +135,8 @@ func (o *Options) setMeta(ctx context.Context, r *running, u branches.MetaUpdate
 // release.
 func (o *Options) hold(ctx context.Context, r *running, kind string) {
 	u := branches.MetaUpdate{Labels: map[string]string{"attempt": r.rec.Attempt, "runner": kind}}
-	if _, ok := o.Backend.(metaSetter); !ok || o.Lease < 0 {
+	// The root branch cannot be aborted, so it takes no lease.
+	if _, ok := o.Backend.(metaSetter); !ok || o.Lease < 0 || r.rec.Parent == "" {
 		o.setMeta(ctx, r, u)
 		return
 	}

@@ -15,7 +15,7 @@ import (
 // owner may build or scan those keys; other packages go through its API.
 var keyOwners = map[byte]string{
 	'l': "cowfs", 'L': "cowfs", 'c': "cowfs", 'M': "cowfs",
-	'B': "branches", 'N': "branches", 'K': "branches", 'S': "branches", 'I': "branches",
+	'B': "branches", 'N': "branches", 'K': "branches", 'S': "branches", 'I': "branches", 'A': "branches",
 }
 
 // TestKeyOwnership fails if a package other than a key prefix's owner
