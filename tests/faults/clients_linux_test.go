@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -65,19 +64,7 @@ func readCall(xid uint32, fh []byte, count uint32) []byte {
 // stall. The server must keep its memory bounded, serve another client
 // meanwhile, and lose no acknowledged byte.
 func TestGreedyAndSlowClients(t *testing.T) {
-	uid := uint32(os.Geteuid())
-	dir, err := os.MkdirTemp("", "bnfs-faults")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if uid == 0 {
-		uid = nobody
-		if err := os.Chown(dir, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
-	}
-	store := filepath.Join(dir, "store")
+	store, uid := unprivilegedStore(t)
 	s := startServer(t, store, uid)
 	c := mount(t, s.port, "/main", 0)
 

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,19 +19,7 @@ import (
 // off and keep running, keep serving the client it already has, and serve
 // new clients once connections close, with no acknowledged byte lost.
 func TestFDExhaustion(t *testing.T) {
-	uid := uint32(os.Geteuid())
-	dir, err := os.MkdirTemp("", "bnfs-faults")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if uid == 0 {
-		uid = nobody
-		if err := os.Chown(dir, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
-	}
-	store := filepath.Join(dir, "store")
+	store, uid := unprivilegedStore(t)
 	s := startServerOpts(t, store, testbin.ServerOptions{User: testbin.User{UID: uid, GID: uid}, NoFile: 96})
 	c := mount(t, s.port, "/main", 0)
 	data := bytes.Repeat([]byte("fd-exhaustion\n"), 5000)

@@ -31,6 +31,26 @@ func needRoot(t *testing.T, why string) { t.Helper(); testbin.NeedRoot(t, why) }
 // nobody is the unprivileged user the server runs as.
 const nobody = 65534
 
+// unprivilegedStore returns a fresh store path, in a directory owned by
+// the user the server will run as: nobody when the tests run as root,
+// else the user running them.
+func unprivilegedStore(t *testing.T) (store string, uid uint32) {
+	t.Helper()
+	uid = uint32(os.Geteuid())
+	dir, err := os.MkdirTemp("", "bnfs-faults")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if uid == 0 {
+		uid = nobody
+		if err := os.Chown(dir, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "store"), uid
+}
+
 // server is one `branchnfs serve` process running as uid.
 type server struct {
 	*testbin.Server
