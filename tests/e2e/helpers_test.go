@@ -339,63 +339,11 @@ func mustRead(t *testing.T, tg *nfs.Target, path string) []byte {
 }
 
 // readFH reads a whole file by handle with raw READ calls.
-func (c *conn) readFH(fh []byte) ([]byte, error) {
-	type readArgs struct {
-		rpc.Header
-		FH     []byte
-		Offset uint64
-		Count  uint32
-	}
-	type readRes struct {
-		Attr  nfs.PostOpAttr
-		Count uint32
-		EOF   uint32
-	}
-	var out []byte
-	for {
-		res, err := c.c.Call(&readArgs{rpc.Header{Rpcvers: 2, Prog: nfs.Nfs3Prog, Vers: nfs.Nfs3Vers,
-			Proc: nfs.NFSProc3Read, Cred: auth, Verf: rpc.AuthNull}, fh, uint64(len(out)), 1 << 20})
-		if err != nil {
-			return nil, err
-		}
-		stat, err := xdr.ReadUint32(res)
-		if err != nil {
-			return nil, err
-		}
-		if err := nfs.NFS3Error(stat); err != nil {
-			return nil, err
-		}
-		var rr readRes
-		if err := xdr.Read(res, &rr); err != nil {
-			return nil, err
-		}
-		data, err := xdr.ReadOpaque(res)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, data...)
-		if rr.EOF != 0 || len(data) == 0 {
-			return out, nil
-		}
-	}
-}
+func (c *conn) readFH(fh []byte) ([]byte, error) { return testbin.ReadFH(c.c, auth, fh) }
 
 // writeFH writes data at offset 0 of a file by handle (FILE_SYNC).
 func (c *conn) writeFH(fh, data []byte) error {
-	type writeArgs struct {
-		rpc.Header
-		FH       []byte
-		Offset   uint64
-		Count    uint32
-		How      uint32
-		Contents []byte
-	}
-	res, err := c.c.Call(&writeArgs{rpc.Header{Rpcvers: 2, Prog: nfs.Nfs3Prog, Vers: nfs.Nfs3Vers,
-		Proc: nfs.NFSProc3Write, Cred: auth, Verf: rpc.AuthNull}, fh, 0, uint32(len(data)), 2, data})
-	if err != nil {
-		return err
-	}
-	stat, err := xdr.ReadUint32(res)
+	stat, err := testbin.WriteFH(c.c, auth, fh, 0, data, testbin.FileSync)
 	if err != nil {
 		return err
 	}

@@ -168,61 +168,11 @@ func (c *conn) header(proc uint32) rpc.Header {
 // write writes data at off of the file fh with a FILE_SYNC WRITE and
 // returns the NFS status.
 func (c *conn) write(fh []byte, off uint64, data []byte) (uint32, error) {
-	type writeArgs struct {
-		rpc.Header
-		FH       []byte
-		Offset   uint64
-		Count    uint32
-		How      uint32
-		Contents []byte
-	}
-	res, err := c.c.Call(&writeArgs{c.header(nfs.NFSProc3Write), fh, off, uint32(len(data)), 2, data})
-	if err != nil {
-		return 0, err
-	}
-	return xdr.ReadUint32(res)
+	return testbin.WriteFH(c.c, c.auth, fh, off, data, testbin.FileSync)
 }
 
 // read reads a whole file by handle.
-func (c *conn) read(fh []byte) ([]byte, error) {
-	type readArgs struct {
-		rpc.Header
-		FH     []byte
-		Offset uint64
-		Count  uint32
-	}
-	type readRes struct {
-		Attr  nfs.PostOpAttr
-		Count uint32
-		EOF   uint32
-	}
-	var out []byte
-	for {
-		res, err := c.c.Call(&readArgs{c.header(nfs.NFSProc3Read), fh, uint64(len(out)), 1 << 20})
-		if err != nil {
-			return nil, err
-		}
-		stat, err := xdr.ReadUint32(res)
-		if err != nil {
-			return nil, err
-		}
-		if err := nfs.NFS3Error(stat); err != nil {
-			return nil, err
-		}
-		var rr readRes
-		if err := xdr.Read(res, &rr); err != nil {
-			return nil, err
-		}
-		data, err := xdr.ReadOpaque(res)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, data...)
-		if rr.EOF != 0 || len(data) == 0 {
-			return out, nil
-		}
-	}
-}
+func (c *conn) read(fh []byte) ([]byte, error) { return testbin.ReadFH(c.c, c.auth, fh) }
 
 // fsstat is the FSSTAT reply.
 type fsstat struct {
