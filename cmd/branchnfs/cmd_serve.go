@@ -46,7 +46,8 @@ func newServeCommand(g *globalOptions) *cobra.Command {
 		Long: `Serve every live branch over NFSv3 and MOUNT v3 on one port: export /B is
 branch B, export / shows every live branch as a directory. The store and
 branch main are created on first use (--from DIR imports DIR into a new
-store's main). The control API listens on STORE/control.sock.
+store's main). The control API listens on STORE/control.sock; every request
+needs the token in STORE/control.token (made once, mode 0600).
 
 SIGINT or SIGTERM stops the server cleanly: requests in flight finish, the
 store is synced and closed. Unmount clients first.`,
@@ -198,6 +199,11 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		return fmt.Errorf("listen on %s: %w", o.Listen, err)
 	}
 	addr := ln.Addr().(*net.TCPAddr)
+	token, err := control.EnsureToken(dir)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	cln, err := control.Listen(sock)
 	if err != nil {
 		ln.Close()
@@ -211,7 +217,9 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	}
 	var mounted atomic.Pointer[string] // serve --mount, once mounted
 	ctl, err := control.NewServer(control.ServerOptions{
-		Backend: s.mgr,
+		Backend:   s.mgr,
+		Token:     token,
+		TokenFile: control.TokenPath(dir),
 		Status: func() control.Status {
 			st := status
 			st.NFS = nfs.Metrics()

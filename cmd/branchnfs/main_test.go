@@ -43,7 +43,11 @@ func fakeServer(t *testing.T, port int) (*controltest.Fake, string) {
 	t.Helper()
 	dir := shortTempDir(t)
 	fb := controltest.New()
-	srv, err := control.NewServer(control.ServerOptions{Backend: fb, Status: func() control.Status {
+	token, err := control.EnsureToken(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := control.NewServer(control.ServerOptions{Backend: fb, Token: token, Status: func() control.Status {
 		return control.Status{PID: 1, Store: dir, Listen: fmt.Sprintf("127.0.0.1:%d", port), Port: port}
 	}})
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 //
 //	STORE/db/            the Badger database
 //	STORE/control.sock   the control API socket of the running server
+//	STORE/control.token  the control API's token (mode 0600, kept across restarts)
 //	STORE/lock           flock'ed by the process that owns the store
 //	STORE/serve.json     the address the server listens on (kept after it stops)
 const (

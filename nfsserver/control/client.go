@@ -23,14 +23,21 @@ var ErrNoServer = errors.New("control: no server running")
 // Client talks to a server's control API over its unix socket. It
 // implements Backend.
 type Client struct {
-	socket string // read only
-	hc     *http.Client
+	socket   string // read only
+	token    string // read only; "" if tokenErr
+	tokenErr error  // why the client has no token; read only
+	hc       *http.Client
 }
 
 // NewClient returns a client for the socket at path. It does not connect.
 // A path of the form tcp://HOST:PORT reaches the API over TCP instead: the
 // server only listens on its unix socket, but a forward of it (socat, SSH,
 // a VM's port forward) can be reached that way.
+//
+// Every request carries the server's API token: for a socket path, the
+// one in the store directory beside it (STORE/control.token); for a TCP
+// address, $BRANCHNFS_CONTROL_TOKEN, else the file $BRANCHNFS_CONTROL_TOKEN_FILE
+// names.
 func NewClient(socket string) *Client {
 	network, addr := "unix", socket
 	if a, ok := strings.CutPrefix(socket, "tcp://"); ok {
@@ -44,7 +51,8 @@ func NewClient(socket string) *Client {
 		MaxIdleConns:    4,
 		IdleConnTimeout: 30 * time.Second,
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+	tok, terr := clientToken(socket)
+	return &Client{socket: socket, token: tok, tokenErr: terr, hc: &http.Client{Transport: tr}}
 }
 
 // Dial returns a client for the socket at path if a server answers there
@@ -61,6 +69,9 @@ func Dial(ctx context.Context, socket string, timeout time.Duration) (*Client, S
 		var ae *Error
 		if errors.Is(err, fs.ErrPermission) {
 			return nil, Status{}, fmt.Errorf("control: %s: %w (the control socket is only open to the store's owner)", socket, err)
+		}
+		if errors.Is(err, ErrUnauthorized) {
+			return nil, Status{}, fmt.Errorf("control: %s: %w", socket, err)
 		}
 		if errors.As(err, &ae) {
 			// Something answered, but not as a branchnfs server.
@@ -92,6 +103,9 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -110,7 +124,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			return &Error{Status: resp.StatusCode, Code: CodeInternal,
 				Message: fmt.Sprintf("control: %s %s: HTTP %d: %s", method, path, resp.StatusCode, bytes.TrimSpace(data))}
 		}
-		return eb.Error.toError(resp.StatusCode)
+		err := eb.Error.toError(resp.StatusCode)
+		if c.tokenErr != nil && errors.Is(err, ErrUnauthorized) {
+			return fmt.Errorf("%w (this client has no token: %v)", err, c.tokenErr)
+		}
+		return err
 	}
 	if out == nil {
 		return nil

@@ -27,7 +27,7 @@ func startServer(t *testing.T) (*controltest.Fake, *Client, string) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	fb := controltest.New()
-	srv, err := NewServer(ServerOptions{Backend: fb, Status: func() Status {
+	srv, err := NewServer(ServerOptions{Backend: fb, Token: mustToken(t, dir), Status: func() Status {
 		return Status{Version: "test", PID: 42, Store: dir, Listen: "127.0.0.1:12049", Port: 12049}
 	}})
 	if err != nil {
@@ -184,6 +184,11 @@ func rawRequest(t *testing.T, sock, method, path, body string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tok, err := ReadToken(TokenPath(filepath.Dir(sock)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)

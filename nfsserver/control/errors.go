@@ -12,17 +12,18 @@ import (
 
 // Error codes of the API. They are stable: scripts may match on them.
 const (
-	CodeNotFound    = "not_found"    // 404: no branch or checkpoint of that name
-	CodeExists      = "exists"       // 409: a branch or checkpoint of that name exists
-	CodeInvalidName = "invalid_name" // 400: name outside [A-Za-z0-9._-]{1,64}
-	CodeInvalidated = "invalidated"  // 410: branch invalidated, committed or aborted
-	CodeConflict    = "conflict"     // 409: merge conflict; "paths" lists them
-	CodeHasChildren = "has_children" // 409: live children; "children" lists them
-	CodeReadOnly    = "read_only"    // 403: main cannot be committed or aborted
-	CodeNoSpace     = "no_space"     // 507: disk full, nothing changed
-	CodeInUse       = "in_use"       // 409: NFS clients use the branch; "clients" lists them
-	CodeBadRequest  = "bad_request"  // 400: malformed request, unknown endpoint (404)
-	CodeInternal    = "internal"     // 500: anything else
+	CodeNotFound     = "not_found"    // 404: no branch or checkpoint of that name
+	CodeExists       = "exists"       // 409: a branch or checkpoint of that name exists
+	CodeInvalidName  = "invalid_name" // 400: name outside [A-Za-z0-9._-]{1,64}
+	CodeInvalidated  = "invalidated"  // 410: branch invalidated, committed or aborted
+	CodeConflict     = "conflict"     // 409: merge conflict; "paths" lists them
+	CodeHasChildren  = "has_children" // 409: live children; "children" lists them
+	CodeReadOnly     = "read_only"    // 403: main cannot be committed or aborted
+	CodeNoSpace      = "no_space"     // 507: disk full, nothing changed
+	CodeInUse        = "in_use"       // 409: NFS clients use the branch; "clients" lists them
+	CodeBadRequest   = "bad_request"  // 400: malformed request, unknown endpoint (404)
+	CodeUnauthorized = "unauthorized" // 401: no token, or a wrong one (Authorization: Bearer TOKEN)
+	CodeInternal     = "internal"     // 500: anything else
 )
 
 // Error is an API error as the client received it. It matches the
@@ -91,6 +92,8 @@ func sentinel(code string) error {
 		return ErrBadRequest
 	case CodeInUse:
 		return ErrInUse
+	case CodeUnauthorized:
+		return ErrUnauthorized
 	}
 	return nil
 }
@@ -118,6 +121,8 @@ func Classify(err error) (code string, status int) {
 		return CodeBadRequest, http.StatusBadRequest
 	case errors.Is(err, ErrInUse):
 		return CodeInUse, http.StatusConflict
+	case errors.Is(err, ErrUnauthorized):
+		return CodeUnauthorized, http.StatusUnauthorized
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return CodeInternal, http.StatusServiceUnavailable
 	}

@@ -54,7 +54,7 @@ func TestGCThroughClient(t *testing.T) {
 	if _, err := m.Abort(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerOptions{Backend: m})
+	srv, err := NewServer(ServerOptions{Backend: m, Token: mustToken(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,14 +30,26 @@ func TestInUseRefusal(t *testing.T) {
 		"b": {"127.0.0.1:900 used its files 3s ago"},
 		"c": {"mac:/c mounted"},
 	}
-	srv, err := NewServer(ServerOptions{Backend: fb, InUse: func(b string) []string { return users[b] }})
+	dir, err := os.MkdirTemp("", "ctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	token := mustToken(t, dir)
+	srv, err := NewServer(ServerOptions{Backend: fb, Token: token, InUse: func(b string) []string { return users[b] }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 	post := func(path, body string) (int, string) {
-		resp, err := http.Post(hs.URL+path, "application/json", strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, hs.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,11 +75,6 @@ func TestInUseRefusal(t *testing.T) {
 	}
 
 	// Through the client: a typed error, and the forced variants.
-	dir, err := os.MkdirTemp("", "ctl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
 	ln, err := Listen(SocketPath(dir))
 	if err != nil {
 		t.Fatal(err)

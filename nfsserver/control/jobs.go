@@ -35,6 +35,10 @@ const DefaultJobTimeout = time.Hour
 // maxJobs bounds the finished jobs the server remembers.
 const maxJobs = 1000
 
+// MaxJobAttempts bounds the attempts of one job ("n", or the commands of
+// "cmds"): each is a branch and a process tree.
+const MaxJobAttempts = 1024
+
 // maxWait bounds a long poll.
 const maxWait = 10 * time.Minute
 
@@ -142,6 +146,10 @@ func (s *Server) checkJob(ctx context.Context, req JobRequest) (func(context.Con
 	}
 	if s.opts.Runner == nil {
 		return nil, bad("this server runs no attempts: start it with serve --mount DIR (attempts run in DIR/BRANCH)")
+	}
+	if req.N > MaxJobAttempts || len(req.Cmds) > MaxJobAttempts {
+		return nil, bad("a job runs at most %d attempts (\"n\" is %d, \"cmds\" has %d): split it into several jobs",
+			MaxJobAttempts, req.N, len(req.Cmds))
 	}
 	be := s.opts.Runner.Backend
 	switch req.Kind {

@@ -27,6 +27,13 @@ func TestMain(m *testing.M) {
 // directories.
 func startJobServer(t *testing.T) (*controltest.Fake, *Client) {
 	t.Helper()
+	fb, c, _ := startJobServerIn(t)
+	return fb, c
+}
+
+// startJobServerIn is startJobServer, also returning the store directory.
+func startJobServerIn(t *testing.T) (*controltest.Fake, *Client, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "ctl")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +49,7 @@ func startJobServer(t *testing.T) (*controltest.Fake, *Client) {
 			return d, os.MkdirAll(d, 0o755)
 		},
 	}
-	srv, err := NewServer(ServerOptions{Backend: fb, Runner: ro})
+	srv, err := NewServer(ServerOptions{Backend: fb, Runner: ro, Token: mustToken(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +63,7 @@ func startJobServer(t *testing.T) (*controltest.Fake, *Client) {
 	t.Cleanup(func() { cancel(); <-done })
 	c := NewClient(SocketPath(dir))
 	t.Cleanup(c.Close)
-	return fb, c
+	return fb, c, dir
 }
 
 func startJob(t *testing.T, c *Client, req JobRequest) Job {
@@ -104,6 +111,7 @@ func TestJobRaceEvents(t *testing.T) {
 	_, c := startJobServer(t)
 	j := startJob(t, c, JobRequest{Kind: JobRace, Parent: "main", Cmds: [][]string{{"/bin/sh", "-c", "sleep 1000"}, {"true"}}})
 	req, _ := http.NewRequest(http.MethodGet, "http://branchnfs/v1/jobs/"+j.ID+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -150,11 +158,18 @@ func TestJobCancel(t *testing.T) {
 
 func TestJobBadRequests(t *testing.T) {
 	_, c := startJobServer(t)
+	tooMany := make([][]string, MaxJobAttempts+1)
+	for i := range tooMany {
+		tooMany[i] = []string{"true"}
+	}
 	for _, req := range []JobRequest{
 		{Kind: "dance"},
 		{Kind: JobExec, Branch: "b"},
 		{Kind: JobRace, Parent: "main"},
 		{Kind: JobBestOf, Parent: "main", Argv: []string{"true"}},
+		{Kind: JobBestOf, Parent: "main", N: MaxJobAttempts + 1, Argv: []string{"true"}},
+		{Kind: JobRace, Parent: "main", N: MaxJobAttempts + 1, Argv: []string{"true"}},
+		{Kind: JobRace, Parent: "main", Cmds: tooMany},
 	} {
 		err := c.do(context.Background(), http.MethodPost, "/v1/jobs", req, nil)
 		if !errors.Is(err, ErrBadRequest) {

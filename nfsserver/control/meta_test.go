@@ -19,7 +19,7 @@ func TestMetaAndLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	srv, err := NewServer(ServerOptions{Backend: m})
+	srv, err := NewServer(ServerOptions{Backend: m, Token: mustToken(t, dir)})
 	if err != nil {
 		t.Fatal(err)
 	}

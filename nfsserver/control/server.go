@@ -100,9 +100,15 @@ type RestoreResult struct {
 // ExportPath is the NFS export path of a branch.
 func ExportPath(name string) string { return "/" + name }
 
-// ServerOptions configures a Server. Backend is required.
+// ServerOptions configures a Server. Backend and Token are required.
 type ServerOptions struct {
 	Backend Backend
+	// Token is the API token (EnsureToken): every request must carry
+	// "Authorization: Bearer TOKEN" or is answered 401, code unauthorized.
+	Token string
+	// TokenFile is where clients find Token, for the 401 message; "":
+	// STORE/control.token.
+	TokenFile string
 	// Status fills in the status endpoint; nil answers only the version and
 	// the live branch count.
 	Status func() Status
@@ -134,6 +140,9 @@ type Server struct {
 func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Backend == nil {
 		return nil, errors.New("control: ServerOptions.Backend is nil")
+	}
+	if opts.Token == "" {
+		return nil, errors.New("control: ServerOptions.Token is empty: the API runs commands, it needs a token (EnsureToken)")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -215,7 +224,7 @@ func (s *Server) Handler() http.Handler {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: errorDetail{
 			Code: CodeBadRequest, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)}})
 	})
-	return s.recoverer(mux)
+	return s.recoverer(s.authorize(mux))
 }
 
 // recoverer keeps one bad request from taking the server down.

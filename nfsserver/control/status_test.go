@@ -70,13 +70,15 @@ func TestStatusReadsNoStoredData(t *testing.T) {
 	if _, err := m.Abort(ctx, "b2"); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerOptions{Backend: m})
+	srv, err := NewServer(ServerOptions{Backend: m, Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := cs.n.Load()
 	rec := httptest.NewRecorder()
-	srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/status", nil))
+	req := httptest.NewRequest(http.MethodGet, "/v1/status", nil)
+	req.Header.Set("Authorization", "Bearer t")
+	srv.Handler().ServeHTTP(rec, req)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status: %d %s", rec.Code, rec.Body)
 	}

@@ -36,7 +36,8 @@ func forward(t *testing.T, sock string) string {
 }
 
 func TestClientOverTCP(t *testing.T) {
-	_, _, sock := startServer(t)
+	_, c0, sock := startServer(t)
+	t.Setenv(TokenEnv, c0.token)
 	c, st, err := Dial(context.Background(), "tcp://"+forward(t, sock), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,19 @@ func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
 	if m, ok := st.NFS.(map[string]any); !ok || m["Requests"].(float64) < 1 {
 		t.Fatalf("status has no NFS counters: %+v", st)
 	}
+	// The API token: the store owner's alone, kept across restarts.
+	tokenPath := control.TokenPath(store)
+	fi, err := os.Stat(tokenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sys := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o600 || sys.Uid != regularUser.uid {
+		t.Fatalf("%s: mode %v, owner %d; want 0600 and %d", tokenPath, fi.Mode(), sys.Uid, regularUser.uid)
+	}
+	token, err := control.ReadToken(tokenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := srv.out.String()
 	for _, want := range []string{"imported 1 files, 0 dirs, 1 symlinks", "127.0.0.1:/main", "127.0.0.1:/ ", "control.sock"} {
 		if !strings.Contains(out, want) {
@@ -64,6 +77,9 @@ func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(store, "control.sock")); !os.IsNotExist(err) {
 		t.Fatalf("control socket left behind: %v", err)
 	}
+	if again, err := control.ReadToken(tokenPath); err != nil || again != token {
+		t.Fatalf("token after a clean stop: %q %v, want it kept", again, err)
+	}
 
 	// A second serve --from on the existing store does not import again.
 	other := userDir(t, regularUser)
@@ -71,6 +87,9 @@ func TestServeFromPrintsMountsAndStopsCleanly(t *testing.T) {
 	srv = startServer(t, store, 0, "--from", other)
 	if !strings.Contains(srv.out.String(), "ignoring --from") {
 		t.Fatalf("serve --from on an existing store: %s", srv.out.String())
+	}
+	if again, err := control.ReadToken(tokenPath); err != nil || again != token {
+		t.Fatalf("token after a restart: %q %v, want the same", again, err)
 	}
 	c = dial(t, srv.port)
 	mainT, _ = c.mount(t, "/main")

@@ -12,13 +12,13 @@ them, through the server's control socket. Standard library only.
 from .client import Branch, Workspace, default_store
 from .errors import (BadRequest, BranchnfsError, Conflict, Exists,
                      HasChildren, InUse, Internal, Invalidated, InvalidName,
-                     NoServer, NoSpace, NotFound, ReadOnly)
+                     NoServer, NoSpace, NotFound, ReadOnly, Unauthorized)
 
 __all__ = [
     "Workspace", "Branch", "default_store",
     "BranchnfsError", "NoServer", "NotFound", "Exists", "InvalidName",
     "Invalidated", "Conflict", "HasChildren", "InUse", "ReadOnly", "NoSpace",
-    "BadRequest", "Internal",
+    "BadRequest", "Internal", "Unauthorized",
 ]
 
 __version__ = "0.1.0"

@@ -7,11 +7,12 @@ import socket
 import sys
 from urllib.parse import quote
 
-from .errors import BranchnfsError, NoServer, NotFound, error_for
+from .errors import BranchnfsError, NoServer, NotFound, Unauthorized, error_for
 
 __all__ = ["Workspace", "Branch", "default_store"]
 
 SOCKET_NAME = "control.sock"
+TOKEN_NAME = "control.token"
 
 # A long poll asks the server to hold the answer this long (seconds).
 _POLL = 30
@@ -50,12 +51,27 @@ def _seconds_ms(s):
 
 
 class Workspace:
-    """A branchnfs store, reached through its server's control socket."""
+    """A branchnfs store, reached through its server's control socket.
 
-    def __init__(self, store, timeout=30.0):
+    Every request carries the server's API token: token if given, else the
+    one in STORE/control.token (read when first needed)."""
+
+    def __init__(self, store, timeout=30.0, token=None):
         self.store = store
         self.socket = os.path.join(store, SOCKET_NAME)
         self.timeout = timeout
+        self._token = token
+
+    def _headers(self):
+        if self._token is None:
+            try:
+                with open(os.path.join(self.store, TOKEN_NAME)) as f:
+                    self._token = f.read().strip()
+            except FileNotFoundError:
+                return {}  # the server answers 401, saying where the token is
+            except PermissionError as e:
+                raise Unauthorized("%s (the API token is only readable by the store's owner)" % e, 401) from None
+        return {"Authorization": "Bearer " + self._token}
 
     @classmethod
     def connect(cls, store=None, timeout=30.0):
@@ -71,7 +87,7 @@ class Workspace:
         conn = _UnixConnection(self.socket, timeout or self.timeout)
         try:
             data = None
-            headers = {}
+            headers = self._headers()
             if body is not None:
                 data = json.dumps(body).encode()
                 headers["Content-Type"] = "application/json"
@@ -215,7 +231,7 @@ class Workspace:
         (an event of kind "done" carrying the job)."""
         conn = _UnixConnection(self.socket, None)
         try:
-            conn.request("GET", "/v1/jobs/%s/events" % quote(job_id, safe=""))
+            conn.request("GET", "/v1/jobs/%s/events" % quote(job_id, safe=""), headers=self._headers())
             resp = conn.getresponse()
             if resp.status // 100 != 2:
                 raise error_for(resp.status, json.loads(resp.read() or b"{}"))

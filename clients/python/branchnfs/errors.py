@@ -3,7 +3,7 @@
 __all__ = [
     "BranchnfsError", "NoServer", "NotFound", "Exists", "InvalidName",
     "Invalidated", "Conflict", "HasChildren", "ReadOnly", "NoSpace",
-    "BadRequest", "Internal", "InUse", "error_for",
+    "BadRequest", "Internal", "InUse", "Unauthorized", "error_for",
 ]
 
 
@@ -96,13 +96,20 @@ class BadRequest(BranchnfsError):
     code = "bad_request"
 
 
+class Unauthorized(BranchnfsError):
+    """The request carried no API token, or a wrong one: the token is in the
+    server's STORE/control.token."""
+
+    code = "unauthorized"
+
+
 class Internal(BranchnfsError):
     code = "internal"
 
 
 _BY_CODE = {c.code: c for c in (NotFound, Exists, InvalidName, Invalidated,
                                 Conflict, HasChildren, InUse, ReadOnly, NoSpace,
-                                BadRequest, Internal)}
+                                BadRequest, Unauthorized, Internal)}
 
 
 def error_for(status, body):

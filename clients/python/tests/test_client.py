@@ -41,6 +41,17 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(branchnfs.NotFound):
             self.ws.get(n)
 
+    def test_token(self):
+        with open(os.path.join(self.ws.store, "control.token")) as f:
+            tok = f.read().strip()
+        self.assertEqual(len(tok), 64)
+        self.assertEqual(os.stat(os.path.join(self.ws.store, "control.token")).st_mode & 0o777, 0o600)
+        with self.assertRaises(branchnfs.Unauthorized) as cm:
+            branchnfs.Workspace(self.ws.store, token="0" * 64).fork("main", self.name())
+        self.assertEqual(cm.exception.status, 401)
+        self.assertIn("control.token", cm.exception.message)
+        self.assertEqual(branchnfs.Workspace(self.ws.store, token=tok).status()["version"], self.ws.status()["version"])
+
     def test_errors_carry_codes(self):
         n = self.name()
         self.ws.fork("main", n)
