@@ -18,6 +18,17 @@
 //	POST /v1/branches/{name}/checkpoints     {"label"} -> 201 branches.Checkpoint
 //	POST /v1/branches/{name}/restore         {"label"} -> RestoreResult
 //
+// # Authentication
+//
+// The API runs commands as the store's owner (the jobs API), so every
+// request must carry "Authorization: Bearer TOKEN", the token of
+// STORE/control.token (EnsureToken), compared in constant time; others get
+// 401, code unauthorized. That holds on the unix socket too: a TCP forward
+// of the socket (socat, SSH, a VM's port forward) connects through it, and
+// the server cannot tell it from a local client. NewClient sends the token
+// of the store beside the socket, or over TCP $BRANCHNFS_CONTROL_TOKEN
+// (else the file $BRANCHNFS_CONTROL_TOKEN_FILE).
+//
 // # Error model
 //
 // Every error is a JSON body {"error":{"code":..., "message":...}} with an

@@ -69,9 +69,14 @@ func TestKernelAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	token, err := control.ReadToken(control.TokenPath(srv.store))
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{
-		"MOUNT_OPTS":        opts,
-		"BRANCHNFS_CONTROL": "tcp://10.0.2.2:" + strconv.Itoa(forwardControl(t, srv.store)),
+		"MOUNT_OPTS":              opts,
+		"BRANCHNFS_CONTROL":       "tcp://10.0.2.2:" + strconv.Itoa(forwardControl(t, srv.store)),
+		"BRANCHNFS_CONTROL_TOKEN": token,
 	}
 	runScenario(t, "attempts", srv, img, helper, env, actions, 8*time.Minute,
 		guestFile{Path: "bin/branchnfs", Src: filepath.Clean(bin)})

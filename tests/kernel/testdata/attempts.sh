@@ -1,9 +1,10 @@
 # Attempts through the Linux kernel NFSv3 client: branchnfs runs in the
 # guest, in a mount of the export /, and reaches the server's API through a
-# TCP forward of its control socket ($BRANCHNFS_CONTROL, from env.sh). The
-# trees double-fork (setsid) and keep writing.
+# TCP forward of its control socket ($BRANCHNFS_CONTROL and the API token
+# $BRANCHNFS_CONTROL_TOKEN, from env.sh). The trees double-fork (setsid) and
+# keep writing.
 
-export BRANCHNFS_CONTROL BRANCHNFS_STORE=/tmp/store
+export BRANCHNFS_CONTROL BRANCHNFS_CONTROL_TOKEN BRANCHNFS_STORE=/tmp/store
 bnfs() { _sub=$1; shift; /bin/branchnfs "$_sub" --mount /mnt/all --grace 300ms "$@"; }
 gone() { ! kill -0 "$(cat "$1")" 2>/dev/null; }
 
