@@ -84,7 +84,17 @@ func TestBadInputLeavesStoreIntact(t *testing.T) {
 		hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return net.Dial("unix", control.SocketPath(store))
 		}}}
-		resp, err := hc.Post("http://branchnfs/v1/branches", "application/json", strings.NewReader(`{"parent":`))
+		token, err := control.ReadToken(control.TokenPath(store))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := http.NewRequest(http.MethodPost, "http://branchnfs/v1/branches", strings.NewReader(`{"parent":`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := hc.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
