@@ -18,7 +18,8 @@
 // The attempts scenario (testdata/attempts.sh) also puts the static branchnfs
 // binary in the guest and runs exec and race there, in a kernel mount of the
 // export /; the guest's branchnfs reaches the server's API through a TCP
-// forward of its control socket on the host ($BRANCHNFS_CONTROL).
+// forward of its control socket on the host ($BRANCHNFS_CONTROL, with the
+// store's token in $BRANCHNFS_CONTROL_TOKEN).
 //
 // Steps that fail only because of known NFS protocol gaps are listed, with
 // the reason, in knownFailures; the table is checked both ways.
