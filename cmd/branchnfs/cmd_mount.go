@@ -35,7 +35,7 @@ func exportOf(name string) (string, error) {
 	return control.ExportPath(name), nil
 }
 
-// mountArgs is the OS mount command (PRODUCT.md, "Mount commands") for
+// mountArgs is the OS mount command (README, "Mount commands") for
 // export on host:port at dir. goos is "darwin" or "linux".
 func mountArgs(goos, host string, port int, export, dir string) ([]string, error) {
 	p := strconv.Itoa(port)

@@ -147,7 +147,7 @@ func TestCheckListen(t *testing.T) {
 	}
 }
 
-// TestMountPrint checks the exact commands of PRODUCT.md.
+// TestMountPrint checks the exact mount commands the README documents.
 func TestMountPrint(t *testing.T) {
 	fb, store := fakeServer(t, 23456)
 	if _, err := fb.Fork(context.Background(), "main", "b1"); err != nil {

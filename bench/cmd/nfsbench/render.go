@@ -19,7 +19,7 @@ var branchFSRef = map[string]string{
 	"abort":        "~300–900 µs",
 }
 
-// targetUS is the PRODUCT.md p50 target per operation, in microseconds.
+// targetUS is our p50 target per operation, in microseconds (docs/benchmarks.md).
 var targetUS = map[string]float64{"fork": 100, "commit": 1000, "abort": 1000}
 
 func us(v float64) string {
