@@ -5,7 +5,15 @@
 # keep writing.
 
 export BRANCHNFS_CONTROL BRANCHNFS_CONTROL_TOKEN BRANCHNFS_STORE=/tmp/store
-bnfs() { _sub=$1; shift; /bin/branchnfs "$_sub" --mount /mnt/all --grace 300ms "$@"; }
+# bnfs runs branchnfs with a bound, so that a hang fails its step (and
+# shows the processes) instead of silencing the guest.
+bnfs() {
+	_sub=$1; shift
+	timeout 120 /bin/branchnfs "$_sub" --mount /mnt/all --grace 300ms "$@"
+	_rc=$?
+	if [ $_rc -eq 143 ] && [ "$_sub" != exec ]; then ps > /dev/console; cat /tmp/store/attempts/*.log > /dev/console; fi
+	return $_rc
+}
 gone() { ! kill -0 "$(cat "$1")" 2>/dev/null; }
 
 mount_root() {
@@ -41,7 +49,7 @@ exec_timeout_write_storm() {
 # The first attempt to succeed commits; the loser, whose setsid grandchild
 # ignores SIGTERM and keeps appending, is killed and leaves nothing.
 race_kills_loser() {
-	out=$(bnfs race main --json -c 'sleep 1; echo win > w.txt' -c '(setsid sh -c "trap \"\" TERM; echo \$\$ > /tmp/loser.pid; while :; do echo l >> l.txt; done" &); sleep 1000') || fail "race exit $?: $out"
+	out=$(bnfs race main --json -c 'sleep 1; echo win > w.txt' -c '(setsid sh -c "trap \"\" TERM; echo \$\$ > /tmp/loser.pid; while :; do echo l >> l.txt; done" &); sleep 1000') || { echo "$out" > /dev/console; fail "race exit $?: $out"; }
 	expect_eq "$(cat /mnt/all/main/w.txt)" win "main/w.txt"
 	gone /tmp/loser.pid || fail "loser grandchild $(cat /tmp/loser.pid) still runs"
 	[ ! -e /mnt/all/main/l.txt ] || fail "the loser's file reached main"
