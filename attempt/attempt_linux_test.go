@@ -3,8 +3,10 @@ package attempt
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -54,5 +56,35 @@ func TestCommandKillsItsHelper(t *testing.T) {
 	}
 	if strings.Contains(string(b), "pipe:") {
 		t.Fatalf("the command inherited the helper's pipes as fds 3-5: %q", b)
+	}
+}
+
+// Once the tree's process group is found empty it is never signalled
+// again: its number may be reused by an unrelated group leader.
+func TestEmptyGroupNotSignalledAgain(t *testing.T) {
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	tr := &tree{pgid: cmd.Process.Pid}
+	tr.signalGroup(syscall.SIGKILL)
+	if !tr.groupGone.Load() {
+		t.Fatal("the empty group was not noticed")
+	}
+	// A live group is signalled and stays marked live.
+	live := exec.Command("/bin/sleep", "60")
+	live.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := live.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tr = &tree{pgid: live.Process.Pid}
+	tr.signalGroup(syscall.SIGKILL)
+	live.Wait()
+	if tr.groupGone.Load() {
+		t.Fatal("a live group was taken for empty")
+	}
+	if live.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the live group was not signalled: %v", live.ProcessState)
 	}
 }

@@ -171,3 +171,17 @@ func statusOf(ws syscall.WaitStatus) Status {
 	}
 	return Status{Code: ws.ExitStatus()}
 }
+
+// signalGroup sends sig to the tree's process group until the group is
+// found empty. An empty group never fills again (no process can join a
+// group that does not exist), and its number may then be reused by an
+// unrelated process that makes itself a group leader, so it is never
+// signalled again.
+func (t *tree) signalGroup(sig syscall.Signal) {
+	if t.pgid <= 0 || t.groupGone.Load() {
+		return
+	}
+	if err := syscall.Kill(-t.pgid, sig); err == syscall.ESRCH {
+		t.groupGone.Store(true)
+	}
+}

@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 // process group. macOS has no cgroups and no child subreaper, so a process
 // that leaves the group (setsid) is neither signalled nor waited for.
 type tree struct {
-	pgid int
+	pgid      int
+	groupGone atomic.Bool // the group was found empty: never signal it again
 }
 
 const darwinFallback = "macOS has no cgroups and no subreaper: the tree is held by its process group only, and a process that calls setsid leaves it"
@@ -32,9 +34,7 @@ func (t *tree) info(leader int) Info {
 }
 
 func (t *tree) signal(sig syscall.Signal) {
-	if t.pgid > 0 {
-		unix.Kill(-t.pgid, sig)
-	}
+	t.signalGroup(sig)
 }
 
 func (t *tree) kill() { t.signal(syscall.SIGKILL) }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,10 +22,11 @@ import (
 // descendants until it is reaped; a cgroup v2 subtree, where one is
 // delegated, holds them as well.
 type tree struct {
-	self      int    // read only: the helper's pid
-	pgid      int    // the leader's process group
-	cg        string // the attempt's cgroup directory, "" for none
-	fallback  string // why there is no cgroup
+	self      int         // read only: the helper's pid
+	pgid      int         // the leader's process group
+	groupGone atomic.Bool // the group was found empty: never signal it again
+	cg        string      // the attempt's cgroup directory, "" for none
+	fallback  string      // why there is no cgroup
 	isolation string
 }
 
@@ -140,9 +142,7 @@ func (t *tree) info(leader int) Info {
 // signal sends sig to every process of the tree: the process group, the
 // cgroup's processes and every descendant of the helper.
 func (t *tree) signal(sig syscall.Signal) {
-	if t.pgid > 0 {
-		unix.Kill(-t.pgid, sig)
-	}
+	t.signalGroup(sig)
 	if t.cg != "" {
 		if b, err := os.ReadFile(filepath.Join(t.cg, "cgroup.procs")); err == nil {
 			for _, f := range strings.Fields(string(b)) {
