@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,5 +149,37 @@ func TestNewServerNeedsToken(t *testing.T) {
 	fb, _, _ := startServer(t)
 	if _, err := NewServer(ServerOptions{Backend: fb}); err == nil || !strings.Contains(err.Error(), "Token") {
 		t.Fatalf("NewServer without a token: %v, want an error", err)
+	}
+}
+
+// Refused requests are logged once, then at most once every
+// refusalLogEvery with the count of those not logged: a flood of bad
+// requests cannot flood the log.
+func TestRefusalsDoNotFloodTheLog(t *testing.T) {
+	fb, _, _ := startServer(t)
+	var logBuf strings.Builder
+	s, err := NewServer(ServerOptions{Backend: fb, Token: "right",
+		Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	for range 200 {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/v1/status", nil)
+		req.Header.Set("Authorization", "Bearer wrong")
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusUnauthorized {
+			t.Fatalf("status %d for a wrong token", rec.Code)
+		}
+	}
+	if n := strings.Count(logBuf.String(), "control: refused"); n != 1 {
+		t.Fatalf("200 refusals within a second logged %d lines, want 1:\n%s", n, logBuf.String())
+	}
+	// After the interval, the next refusal is logged with the count of
+	// those that were not.
+	ok, n := s.refused.allow(time.Now().Add(refusalLogEvery + time.Second))
+	if !ok || n != 199 {
+		t.Fatalf("after the interval: allow = %v, %d unlogged; want true, 199", ok, n)
 	}
 }

@@ -131,9 +131,10 @@ type ChangeRequest struct {
 
 // Server serves the control API.
 type Server struct {
-	opts ServerOptions // read only
-	hs   *http.Server
-	jobs *jobs
+	opts    ServerOptions // read only
+	hs      *http.Server
+	jobs    *jobs
+	refused refusalLog
 }
 
 // NewServer returns a Server for opts.
