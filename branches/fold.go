@@ -38,7 +38,7 @@ func (m *Manager) Fold(ctx context.Context) (int, error) {
 func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 	m.opMu.Lock()
 	x, y, ok, err := m.foldCandidate(ctx)
-	var any *cowfs.FS
+	var any *cowfs.View
 	if b, live := m.byName[MainBranch]; live {
 		any = b.fs
 	}

@@ -90,7 +90,7 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 // stack[0]) and newTop is a fresh layer id to become v's top: the caller
 // writes it over stack[0] (cowfs.PutLayer) in its transaction, then
 // installs newTop above stack with SetFreshStackLocked.
-func (m *Manager) freezeTop(ctx context.Context, v *cowfs.FS) (stack []cowfs.LayerID, frozen, newTop cowfs.LayerID, err error) {
+func (m *Manager) freezeTop(ctx context.Context, v *cowfs.View) (stack []cowfs.LayerID, frozen, newTop cowfs.LayerID, err error) {
 	stack = v.StackLocked()
 	if !v.TopDirty() && len(stack) > 1 {
 		return stack, stack[1], 0, nil
@@ -354,7 +354,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 // (a merge of f's changes only), and a path both sides changed is a
 // conflict, as it would have been had the parent written it before the
 // commit. On any error the parent keeps f with its writes.
-func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.FS, cstack, frozen, bstack []cowfs.LayerID) (record, []cowfs.LayerID, int, error) {
+func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.View, cstack, frozen, bstack []cowfs.LayerID) (record, []cowfs.LayerID, int, error) {
 	name := c.rec.Name
 	prec := p.rec
 	dst, err := m.alloc.NewLayerID(ctx)

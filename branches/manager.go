@@ -113,7 +113,7 @@ type checkpointRec struct {
 
 type branch struct {
 	rec record
-	fs  *cowfs.FS // nil once committed or aborted
+	fs  *cowfs.View // nil once committed or aborted
 }
 
 // releaseLocked forgets a committed or aborted branch, whose record is
@@ -337,7 +337,7 @@ func (m *Manager) live(name string) (*branch, error) {
 
 // View returns the live view of a branch by name. Errors: ErrNotFound,
 // ErrInvalidated (an *InvalidatedError, also ErrStale), ErrInvalidName.
-func (m *Manager) View(name string) (*cowfs.FS, Info, error) {
+func (m *Manager) View(name string) (*cowfs.View, Info, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	b, err := m.lookupLocked(name)
@@ -350,7 +350,7 @@ func (m *Manager) View(name string) (*cowfs.FS, Info, error) {
 // ViewByID is View by branch id (for NFS handles). A committed or aborted
 // branch gives ErrStale: ids are never reused, so an id the Manager does not
 // hold is one of those.
-func (m *Manager) ViewByID(id BranchID) (*cowfs.FS, Info, error) {
+func (m *Manager) ViewByID(id BranchID) (*cowfs.View, Info, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	b, ok := m.byID[id]

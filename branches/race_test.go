@@ -63,7 +63,7 @@ func raceVersion(p []byte, tag uint32) (uint32, error) {
 	return v, nil
 }
 
-func readWhole(fs *cowfs.FS, p string) ([]byte, error) {
+func readWhole(fs *cowfs.View, p string) ([]byte, error) {
 	f, err := fs.Billy().Open(p)
 	if err != nil {
 		return nil, err
@@ -77,7 +77,7 @@ func readWhole(fs *cowfs.FS, p string) ([]byte, error) {
 	return buf[:n], nil
 }
 
-func writeWhole(fs *cowfs.FS, p string, data []byte) error {
+func writeWhole(fs *cowfs.View, p string, data []byte) error {
 	f, err := fs.Billy().OpenFile(p, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return err

@@ -20,7 +20,7 @@ func TestGoneViewsReleased(t *testing.T) {
 	m := newManager(t)
 	type gone struct {
 		id branches.BranchID
-		fs *cowfs.FS
+		fs *cowfs.View
 	}
 	var old []gone
 	for i := 0; i < 40; i++ {

@@ -16,83 +16,83 @@ import (
 
 // GetAttr returns the attributes of ino. ESTALE if ino does not exist in
 // this view (deleted, or never existed).
-func (f *FS) GetAttr(ino InodeID) (Attr, error) { return f.getAttr(ino) }
+func (f *View) GetAttr(ino InodeID) (Attr, error) { return f.getAttr(ino) }
 
 // Lookup finds name in directory dir.
-func (f *FS) Lookup(dir InodeID, name string) (Attr, error) { return f.lookup(dir, name) }
+func (f *View) Lookup(dir InodeID, name string) (Attr, error) { return f.lookup(dir, name) }
 
 // Create creates (or, per how, opens) a regular file in dir.
-func (f *FS) Create(dir InodeID, name string, how CreateHow, a NewAttr, verifier uint64) (Attr, error) {
+func (f *View) Create(dir InodeID, name string, how CreateHow, a NewAttr, verifier uint64) (Attr, error) {
 	return f.create(dir, name, how, a, verifier)
 }
 
 // Mkdir creates a directory.
-func (f *FS) Mkdir(dir InodeID, name string, a NewAttr) (Attr, error) {
+func (f *View) Mkdir(dir InodeID, name string, a NewAttr) (Attr, error) {
 	return f.mknode(dir, name, TypeDir, a, "")
 }
 
 // Symlink creates a symbolic link to target.
-func (f *FS) Symlink(dir InodeID, name, target string, a NewAttr) (Attr, error) {
+func (f *View) Symlink(dir InodeID, name, target string, a NewAttr) (Attr, error) {
 	return f.mknode(dir, name, TypeSymlink, a, target)
 }
 
 // Mknod creates a FIFO, socket, or block or character device (metadata only).
-func (f *FS) Mknod(dir InodeID, name string, t FileType, a NewAttr) (Attr, error) {
+func (f *View) Mknod(dir InodeID, name string, t FileType, a NewAttr) (Attr, error) {
 	return f.mknode(dir, name, t, a, "")
 }
 
 // Link adds a hard link dir/name to ino (not a directory: EPERM).
-func (f *FS) Link(ino InodeID, dir InodeID, name string) (Attr, error) {
+func (f *View) Link(ino InodeID, dir InodeID, name string) (Attr, error) {
 	return f.link(ino, dir, name)
 }
 
 // Unlink removes a non-directory entry (EISDIR for a directory).
-func (f *FS) Unlink(dir InodeID, name string) error { return f.remove(dir, name, false) }
+func (f *View) Unlink(dir InodeID, name string) error { return f.remove(dir, name, false) }
 
 // Rmdir removes an empty directory (ENOTEMPTY, ENOTDIR).
-func (f *FS) Rmdir(dir InodeID, name string) error { return f.remove(dir, name, true) }
+func (f *View) Rmdir(dir InodeID, name string) error { return f.remove(dir, name, true) }
 
 // Rename moves srcDir/srcName to dstDir/dstName with POSIX rename semantics
 // (replacing a compatible destination; EINVAL when moving a directory into
 // itself).
-func (f *FS) Rename(srcDir InodeID, srcName string, dstDir InodeID, dstName string) error {
+func (f *View) Rename(srcDir InodeID, srcName string, dstDir InodeID, dstName string) error {
 	return f.rename(srcDir, srcName, dstDir, dstName)
 }
 
 // ReadAt reads up to len(p) bytes at off. eof is true when the read reached
 // the end of the file.
-func (f *FS) ReadAt(ino InodeID, p []byte, off int64) (n int, eof bool, err error) {
+func (f *View) ReadAt(ino InodeID, p []byte, off int64) (n int, eof bool, err error) {
 	return f.readAt(ino, p, off)
 }
 
 // WriteAt writes p at off and returns the attributes after the write. The
 // write is in the store (survives a crash of the process) when it returns;
 // call Sync for durability against power loss.
-func (f *FS) WriteAt(ino InodeID, p []byte, off int64) (Attr, error) {
+func (f *View) WriteAt(ino InodeID, p []byte, off int64) (Attr, error) {
 	return f.writeAt(ino, p, off, WriteOptions{})
 }
 
 // WriteAtOpts is WriteAt with options (clearing setuid and setgid).
-func (f *FS) WriteAtOpts(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, error) {
+func (f *View) WriteAtOpts(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, error) {
 	return f.writeAt(ino, p, off, o)
 }
 
 // SetAttr changes only what sa says and returns the new attributes.
-func (f *FS) SetAttr(ino InodeID, sa SetAttr) (Attr, error) { return f.setAttr(ino, sa) }
+func (f *View) SetAttr(ino InodeID, sa SetAttr) (Attr, error) { return f.setAttr(ino, sa) }
 
 // Readlink returns a symlink's target (EINVAL if ino is not a symlink).
-func (f *FS) Readlink(ino InodeID) (string, error) { return f.readlink(ino) }
+func (f *View) Readlink(ino InodeID) (string, error) { return f.readlink(ino) }
 
 // ReadDir lists directory dir in cookie order, starting after cookie (0 for
 // the beginning), returning at most n entries. "." and ".." are not listed.
 // eof is true when no entries follow.
-func (f *FS) ReadDir(dir InodeID, cookie uint64, n int) (entries []DirEntry, eof bool, err error) {
+func (f *View) ReadDir(dir InodeID, cookie uint64, n int) (entries []DirEntry, eof bool, err error) {
 	return f.readDir(dir, cookie, n)
 }
 
 // PathOf returns the path of ino relative to the root ("" for the root,
 // "a/b" otherwise), following its first link.
-func (f *FS) PathOf(ino InodeID) (string, error) { return f.pathOf(ino) }
+func (f *View) PathOf(ino InodeID) (string, error) { return f.pathOf(ino) }
 
 // Sync makes everything written so far durable against power loss.
-func (f *FS) Sync(ctx context.Context) error { return f.store.Sync(ctx) }
+func (f *View) Sync(ctx context.Context) error { return f.store.Sync(ctx) }

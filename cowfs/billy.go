@@ -22,10 +22,10 @@ import (
 // Billy is the go-billy v5 filesystem of a view (billy.Filesystem,
 // billy.Change, symlinks, and Link for hard links). It embeds the view, so
 // the inode-level calls stay reachable.
-type Billy struct{ *FS }
+type Billy struct{ *View }
 
 // Billy returns the go-billy filesystem of the view.
-func (f *FS) Billy() *Billy { return &Billy{f} }
+func (f *View) Billy() *Billy { return &Billy{f} }
 
 var (
 	_ billy.Filesystem = (*Billy)(nil)
@@ -82,7 +82,7 @@ func splitPath(p string) ([]string, error) {
 
 // resolve walks p from the root, following symlinks in every component and,
 // when follow is set, in the last one.
-func (f *FS) resolve(p string, follow bool) (Attr, error) {
+func (f *View) resolve(p string, follow bool) (Attr, error) {
 	parts, err := splitPath(p)
 	if err != nil {
 		return Attr{}, err
@@ -90,7 +90,7 @@ func (f *FS) resolve(p string, follow bool) (Attr, error) {
 	return f.walk(RootIno, parts, follow, 0)
 }
 
-func (f *FS) walk(dir InodeID, parts []string, follow bool, hops int) (Attr, error) {
+func (f *View) walk(dir InodeID, parts []string, follow bool, hops int) (Attr, error) {
 	cur, err := f.getAttr(dir)
 	if err != nil {
 		return Attr{}, err
@@ -134,7 +134,7 @@ type relPath struct {
 }
 
 // splitPathFrom resolves ".." lexically against the absolute path of base.
-func splitPathFrom(f *FS, base InodeID, target string) (relPath, error) {
+func splitPathFrom(f *View, base InodeID, target string) (relPath, error) {
 	if strings.HasPrefix(target, "/") {
 		parts, err := splitPath(target)
 		return relPath{RootIno, parts}, err
@@ -149,7 +149,7 @@ func splitPathFrom(f *FS, base InodeID, target string) (relPath, error) {
 }
 
 // parentOf resolves the directory of p and returns it with the last name.
-func (f *FS) parentOf(p string) (Attr, string, error) {
+func (f *View) parentOf(p string) (Attr, string, error) {
 	parts, err := splitPath(p)
 	if err != nil {
 		return Attr{}, "", err
@@ -212,7 +212,7 @@ func (f *Billy) OpenFile(filename string, flag int, perm os.FileMode) (billy.Fil
 			return nil, f.wrap("open", filename, err)
 		}
 	}
-	file := &File{fs: f.FS, ino: a.Ino, name: cleanName(filename), flag: flag}
+	file := &File{fs: f.View, ino: a.Ino, name: cleanName(filename), flag: flag}
 	if flag&os.O_APPEND != 0 {
 		file.append = true
 	}
@@ -528,7 +528,7 @@ func (i *FileInfo) Sys() any           { return &i.A }
 
 // File is an open file of a view: an inode number and an offset.
 type File struct {
-	fs     *FS
+	fs     *View
 	ino    InodeID
 	name   string
 	flag   int

@@ -75,7 +75,7 @@ func BenchmarkBlockSize(b *testing.B) {
 	}
 }
 
-func newDiskFS(b testing.TB, opts Options) (*FS, kv.Store, *Allocator) {
+func newDiskFS(b testing.TB, opts Options) (*View, kv.Store, *Allocator) {
 	st, err := kv.OpenBadger(b.TempDir(), kv.BadgerOptions{GCInterval: -1})
 	if err != nil {
 		b.Fatal(err)

@@ -79,14 +79,14 @@ func DeleteContent(tx kv.Txn, h []byte) error { return tx.Delete(contentKey(h)) 
 
 // blockReader resolves the blocks of one inode through the stack.
 type blockReader struct {
-	f      *FS
+	f      *View
 	tx     kv.Txn
 	layers []LayerID // layers holding a record of the inode, top first
 	cuts   []uint64  // the record's Cut per layer; math.MaxUint64 beyond a tombstone
 	ino    InodeID
 }
 
-func (f *FS) newBlockReader(tx kv.Txn, st state, ino InodeID) (*blockReader, error) {
+func (f *View) newBlockReader(tx kv.Txn, st state, ino InodeID) (*blockReader, error) {
 	layers, err := f.layersOf(tx, st, ino)
 	if err != nil {
 		return nil, err
@@ -244,7 +244,7 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 	return nil
 }
 
-func (f *FS) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
+func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 	if off < 0 {
 		return 0, false, pathErr("read", "", syscall.EINVAL)
 	}
@@ -335,7 +335,7 @@ func applyPatches(data, p []byte) error {
 // patchRef returns a patch reference that applies edit at off over the
 // block old refers to, if old is content-addressed, fully visible, and the
 // edits stay small; nil otherwise.
-func (f *FS) patchRef(old resolved, off uint64, edit []byte) []byte {
+func (f *View) patchRef(old resolved, off uint64, edit []byte) []byte {
 	if old.limit != f.bs || len(old.ref) < 33 {
 		return nil
 	}
@@ -364,7 +364,7 @@ func (f *FS) patchRef(old resolved, off uint64, edit []byte) []byte {
 
 // blockRef returns the reference of data and, for content-addressed
 // blocks, the content key-value to store; it writes nothing.
-func (f *FS) blockRef(data []byte) ([]byte, *[2][]byte) {
+func (f *View) blockRef(data []byte) ([]byte, *[2][]byte) {
 	allZero := true
 	for _, b := range data {
 		if b != 0 {
@@ -386,7 +386,7 @@ func (f *FS) blockRef(data []byte) ([]byte, *[2][]byte) {
 
 // storeBlock stores data (the block's bytes up to the file end) unless the
 // store has it already, and returns its reference, for refLog.set.
-func (f *FS) storeBlock(tx kv.Txn, data []byte) ([]byte, error) {
+func (f *View) storeBlock(tx kv.Txn, data []byte) ([]byte, error) {
 	ref, c := f.blockRef(data)
 	if c == nil {
 		return ref, nil
@@ -405,7 +405,7 @@ func (f *FS) storeBlock(tx kv.Txn, data []byte) ([]byte, error) {
 
 func usedFor(size uint64) uint64 { return (size + 4095) &^ 4095 }
 
-func (f *FS) writeAt(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, error) {
+func (f *View) writeAt(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, error) {
 	if off < 0 {
 		return Attr{}, pathErr("write", "", syscall.EINVAL)
 	}
@@ -478,7 +478,7 @@ func (t *Tracker) commitWith(fn func(record func([][]byte)) error) error {
 }
 
 // writeBlocks copies p at off into the top layer's blocks of n.
-func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize uint64, refs *refLog) error {
+func (f *View) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize uint64, refs *refLog) error {
 	bs := f.bs
 	end := off + uint64(len(p))
 	first, last := off/bs, (end-1)/bs
@@ -547,7 +547,7 @@ func (f *FS) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize u
 	return nil
 }
 
-func (f *FS) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
+func (f *View) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 	if sa.Size != nil && *sa.Size > f.opts.MaxFileSize {
 		return Attr{}, pathErr("setattr", "", syscall.EFBIG)
 	}
@@ -604,7 +604,7 @@ func (f *FS) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 // truncate changes n's size in the top layer. Shrinking drops the top
 // layer's blocks beyond the end, trims its partial last block, and lowers
 // Cut so inherited data beyond the end stays hidden if the file grows again.
-func (f *FS) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog) error {
+func (f *View) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog) error {
 	if size >= n.Size {
 		n.Size = size
 		n.Used = usedFor(size)

@@ -68,7 +68,7 @@ func loadDelta(tx kv.Txn, layers []LayerID) (*delta, error) {
 }
 
 // dataBytes sums the bytes of the delta's blocks of ino.
-func (d *delta) dataBytes(tx kv.Txn, f *FS, ino InodeID) (int64, error) {
+func (d *delta) dataBytes(tx kv.Txn, f *View, ino InodeID) (int64, error) {
 	var total int64
 	seen := map[uint64]bool{}
 	for _, l := range d.layers {
@@ -91,7 +91,7 @@ func (d *delta) dataBytes(tx kv.Txn, f *FS, ino InodeID) (int64, error) {
 
 // DeltaBytes returns the data bytes written in layers (an upper bound: full
 // blocks count as the block size).
-func DeltaBytes(ctx context.Context, f *FS, stack []LayerID, base LayerID) (int64, error) {
+func DeltaBytes(ctx context.Context, f *View, stack []LayerID, base LayerID) (int64, error) {
 	var layers []LayerID
 	for _, l := range stack {
 		if l == base {
@@ -127,7 +127,7 @@ type Change struct {
 
 // Diff lists what the layers of view (those above base, i.e. view's stack
 // minus base's) changed relative to the view base. ignore filters base names.
-func Diff(ctx context.Context, f *FS, vs, bs []LayerID, ignore func(name string) bool) ([]Change, error) {
+func Diff(ctx context.Context, f *View, vs, bs []LayerID, ignore func(name string) bool) ([]Change, error) {
 	view := NewWithStack(f.store, f.alloc, vs, f.opts)
 	base := NewWithStack(f.store, f.alloc, bs, f.opts)
 	defer view.Close()
@@ -145,7 +145,7 @@ func Diff(ctx context.Context, f *FS, vs, bs []LayerID, ignore func(name string)
 		}
 		vst, bst := state{stack: vs}, state{stack: bs}
 		reported := map[InodeID]bool{}
-		pathIn := func(f *FS, st state, dir InodeID, name string) string {
+		pathIn := func(f *View, st state, dir InodeID, name string) string {
 			p, err := f.pathInTx(tx, st, dir)
 			if err != nil {
 				return ""
@@ -253,7 +253,7 @@ func above(stack, base []LayerID) ([]LayerID, bool) {
 
 // pathInTx is pathOf inside a transaction: ESTALE for an inode with no
 // link, ELOOP for a chain of links that does not reach the root.
-func (f *FS) pathInTx(tx kv.Txn, st state, ino InodeID) (string, error) {
+func (f *View) pathInTx(tx kv.Txn, st state, ino InodeID) (string, error) {
 	var parts []string
 	for cur, i := ino, 0; cur != RootIno; i++ {
 		if i > 4096 {

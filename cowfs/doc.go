@@ -21,12 +21,12 @@
 // without content, so holes cost nothing.
 //
 // APIs: the inode-level calls in api.go (used by the NFS server), and the
-// go-billy v5 filesystem returned by FS.Billy (billy.Filesystem,
+// go-billy v5 filesystem returned by View.Billy (billy.Filesystem,
 // billy.Change, symlinks, Link). Merge and Diff work on the layers a branch
 // added above its fork base, in O(changes).
 //
 // Errors are unwrapped *fs.PathError values carrying a syscall.Errno.
-// Concurrency: an FS is safe for concurrent use; namespace changes are
+// Concurrency: a View is safe for concurrent use; namespace changes are
 // serialised per view, writes per inode, and every call is one kv
 // transaction. cowfs knows nothing of branch names or lifecycle.
 package cowfs

@@ -44,11 +44,11 @@ func toErrno(err error) syscall.Errno {
 
 // wrap converts any error to the PathError form, logging an unexpected one
 // to the view's logger before it is flattened to EIO.
-func (f *FS) wrap(op, path string, err error) error {
+func (f *View) wrap(op, path string, err error) error {
 	return wrapLog(f.opts.Logger, op, path, err)
 }
 
-// wrap is FS.wrap for code without a view: it logs to slog.Default().
+// wrap is View.wrap for code without a view: it logs to slog.Default().
 func wrap(op, path string, err error) error {
 	return wrapLog(slog.Default(), op, path, err)
 }

@@ -20,7 +20,7 @@ func NewLayerOver(ctx context.Context, store kv.Store, alloc *Allocator, below L
 
 // SetTop re-points the view at another layer stack (after a fork, commit or
 // restore changed it). In-flight calls finish on the old stack first.
-func (f *FS) SetTop(top LayerID) error {
+func (f *View) SetTop(top LayerID) error {
 	stack, err := LoadStack(f.ctx, f.store, top)
 	if err != nil {
 		return err
@@ -32,17 +32,17 @@ func (f *FS) SetTop(top LayerID) error {
 }
 
 // Top returns the view's top layer.
-func (f *FS) Top() LayerID {
+func (f *View) Top() LayerID {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.stack[0]
 }
 
 // BlockSize returns the data block size.
-func (f *FS) BlockSize() int { return int(f.bs) }
+func (f *View) BlockSize() int { return int(f.bs) }
 
 // CacheLen returns the number of entries in the view's inode cache.
-func (f *FS) CacheLen() int {
+func (f *View) CacheLen() int {
 	f.cacheMu.Lock()
 	defer f.cacheMu.Unlock()
 	return len(f.cache)

@@ -18,7 +18,7 @@ import (
 // Cut (y's blocks there are dropped, a straddling block trimmed), and the
 // folded record's Cut is the smaller of both. Whiteouts over a bottom layer
 // become plain deletions, unless a record follows them on a probe chain.
-func FoldDown(ctx context.Context, f *FS, x, y LayerID) error {
+func FoldDown(ctx context.Context, f *View, x, y LayerID) error {
 	var yBelow LayerID
 	if err := f.store.View(ctx, func(tx kv.Txn) error {
 		var err error
@@ -37,7 +37,7 @@ func FoldDown(ctx context.Context, f *FS, x, y LayerID) error {
 	return nil
 }
 
-func (f *FS) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) error {
+func (f *View) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) error {
 	pfx := layerPrefix(x)
 	scan := append(layerPrefix(x), kind)
 	var start []byte
@@ -125,7 +125,7 @@ func chainEnds(tx kv.Txn, x, y LayerID, rest []byte) (bool, error) {
 
 // foldInode writes x's record of ino (encoded v) into y, dropping y's data
 // that x's record hides.
-func (f *FS) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID, refs *refLog) error {
+func (f *View) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID, refs *refLog) error {
 	xn, err := decodeInode(ino, v)
 	if err != nil {
 		return err

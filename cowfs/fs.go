@@ -67,10 +67,10 @@ func (o *Options) EnsureDefaults() {
 	}
 }
 
-// FS is a copy-on-write view of one layer stack: the tree of one branch or
+// View is a copy-on-write view of one layer stack: the tree of one branch or
 // checkpoint. Writes go to the top layer; reads resolve top-down through the
 // stack. It is safe for concurrent use.
-type FS struct {
+type View struct {
 	store kv.Store   // read only
 	alloc *Allocator // read only
 	opts  Options    // read only
@@ -106,7 +106,7 @@ type FS struct {
 // New returns a view of the layer stack whose top layer is top. Unless
 // opts.ReadOnly, writes go to top, which must not be shared with any other
 // view.
-func New(store kv.Store, alloc *Allocator, top LayerID, opts Options) (*FS, error) {
+func New(store kv.Store, alloc *Allocator, top LayerID, opts Options) (*View, error) {
 	stack, err := LoadStack(context.Background(), store, top)
 	if err != nil {
 		return nil, err
@@ -116,29 +116,29 @@ func New(store kv.Store, alloc *Allocator, top LayerID, opts Options) (*FS, erro
 
 // Lock blocks every call on the view until Unlock; branches uses it to
 // change stacks atomically with respect to readers and writers.
-func (f *FS) Lock() { f.nsMu.Lock(); f.mu.Lock() }
+func (f *View) Lock() { f.nsMu.Lock(); f.mu.Lock() }
 
 // Unlock undoes Lock.
-func (f *FS) Unlock() { f.mu.Unlock(); f.nsMu.Unlock() }
+func (f *View) Unlock() { f.mu.Unlock(); f.nsMu.Unlock() }
 
-func (f *FS) setStackLocked(stack []LayerID) {
+func (f *View) setStackLocked(stack []LayerID) {
 	f.dirty.Store(true)
 	f.stack = stack
 	f.dropCache()
 }
 
 // dropCache empties the inode cache, releasing its memory.
-func (f *FS) dropCache() {
+func (f *View) dropCache() {
 	f.cacheMu.Lock()
 	f.cache = map[InodeID][]LayerID{}
 	f.cacheMu.Unlock()
 }
 
 // MaxFileSize returns the largest file size the view accepts.
-func (f *FS) MaxFileSize() uint64 { return f.opts.MaxFileSize }
+func (f *View) MaxFileSize() uint64 { return f.opts.MaxFileSize }
 
 // Stack returns the layer stack, top first.
-func (f *FS) Stack() []LayerID {
+func (f *View) Stack() []LayerID {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return append([]LayerID(nil), f.stack...)
@@ -146,21 +146,21 @@ func (f *FS) Stack() []LayerID {
 
 // SetFreshStackLocked is SetStackLocked for a stack whose top layer was
 // just created empty; TopDirty reports false until something writes.
-func (f *FS) SetFreshStackLocked(stack []LayerID) {
+func (f *View) SetFreshStackLocked(stack []LayerID) {
 	f.setStackLocked(append([]LayerID(nil), stack...))
 	f.dirty.Store(false)
 }
 
 // TopDirty reports whether the top layer may hold writes. False means it
 // is certainly empty; true means it may be (check with LayerEmpty).
-func (f *FS) TopDirty() bool { return f.dirty.Load() }
+func (f *View) TopDirty() bool { return f.dirty.Load() }
 
 // StackLocked is Stack for a caller holding Lock.
-func (f *FS) StackLocked() []LayerID { return append([]LayerID(nil), f.stack...) }
+func (f *View) StackLocked() []LayerID { return append([]LayerID(nil), f.stack...) }
 
 // Invalidate makes every later call fail with ESTALE; Err returns cause.
 // It drops the inode cache, which no later call can use.
-func (f *FS) Invalidate(cause error) {
+func (f *View) Invalidate(cause error) {
 	f.mu.Lock()
 	f.err = cause
 	f.mu.Unlock()
@@ -168,20 +168,20 @@ func (f *FS) Invalidate(cause error) {
 }
 
 // InvalidateLocked is Invalidate for a caller holding Lock.
-func (f *FS) InvalidateLocked(cause error) {
+func (f *View) InvalidateLocked(cause error) {
 	f.err = cause
 	f.dropCache()
 }
 
 // Err reports why the view is no longer usable (nil while it is).
-func (f *FS) Err() error {
+func (f *View) Err() error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.err
 }
 
 // Close releases the view.
-func (f *FS) Close() error {
+func (f *View) Close() error {
 	f.stop()
 	return nil
 }
@@ -193,7 +193,7 @@ type state struct {
 
 // begin checks the view is usable and snapshots its stack. The caller
 // holds f.mu.RLock until the call ends, so stack changes wait for it.
-func (f *FS) begin(write bool) (state, error) {
+func (f *View) begin(write bool) (state, error) {
 	if f.err != nil {
 		return state{}, syscall.ESTALE
 	}
@@ -206,7 +206,7 @@ func (f *FS) begin(write bool) (state, error) {
 // layersOf returns the layers of the stack that hold a record of ino, top
 // first. The top layer is always probed directly because it changes; the
 // frozen rest is cached.
-func (f *FS) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
+func (f *View) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
 	out := make([]LayerID, 0, 4)
 	if ok, err := tx.Has(inodeKey(st.stack[0], ino)); err != nil {
 		return nil, err
@@ -248,7 +248,7 @@ func (f *FS) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
 
 // getInode resolves ino top-down. It returns ENOENT for a missing or deleted
 // inode, plus the layer holding the visible record.
-func (f *FS) getInode(tx kv.Txn, st state, ino InodeID) (*inode, LayerID, error) {
+func (f *View) getInode(tx kv.Txn, st state, ino InodeID) (*inode, LayerID, error) {
 	layers, err := f.layersOf(tx, st, ino)
 	if err != nil {
 		return nil, 0, err

@@ -24,18 +24,18 @@ import (
 // cs, ps and bs are the child's, parent's and base's stacks (top first); f
 // is any view of the store (its options are used). Merge takes no view
 // locks, so callers may hold them.
-func Merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
+func Merge(ctx context.Context, f *View, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
 	return merge(ctx, f, cs, ps, bs, dst, ignore, false)
 }
 
 // MergeKeepSilly is Merge for changes that stay in use, such as what a
 // parent wrote while a commit merged into it: silly-renamed files are
 // kept, because the clients that renamed them still have them open.
-func MergeKeepSilly(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
+func MergeKeepSilly(ctx context.Context, f *View, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
 	return merge(ctx, f, cs, ps, bs, dst, ignore, true)
 }
 
-func merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool, keepSilly bool) ([]string, int, error) {
+func merge(ctx context.Context, f *View, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool, keepSilly bool) ([]string, int, error) {
 	child := NewWithStack(f.store, f.alloc, cs, f.opts)
 	parent := NewWithStack(f.store, f.alloc, ps, f.opts)
 	base := NewWithStack(f.store, f.alloc, bs, f.opts)
@@ -77,7 +77,7 @@ func merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 				return err
 			}
 		}
-		nameOf := func(n *inode, f *FS, st state) string {
+		nameOf := func(n *inode, f *View, st state) string {
 			if p, err := f.pathInTx(tx, st, n.Ino); err == nil {
 				return p
 			}
@@ -302,7 +302,7 @@ func merge(ctx context.Context, f *FS, cs, ps, bs []LayerID, dst LayerID, ignore
 // its last name that way counts as deleted by the child (a tombstone if
 // base has it, else nothing at all), as the client's final REMOVE would
 // have made it.
-func dropSilly(tx kv.Txn, cd *delta, base *FS, bst state) ([]entryID, error) {
+func dropSilly(tx kv.Txn, cd *delta, base *View, bst state) ([]entryID, error) {
 	var slots []entryID
 	inos := map[InodeID]bool{}
 	for id, e := range cd.entries {
@@ -359,7 +359,7 @@ func minCut(tx kv.Txn, layers []LayerID, ino InodeID, cut uint64) uint64 {
 // collapseBlocks folds the blocks of ino held by layers (top first) into
 // references for layer dst, honouring each record's Cut, and returns them
 // with the folded Cut (relative to what lies below layers).
-func (f *FS) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst LayerID) ([][2][]byte, uint64, error) {
+func (f *View) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst LayerID) ([][2][]byte, uint64, error) {
 	var out [][2][]byte
 	seen := map[uint64]bool{}
 	limit := uint64(1<<64 - 1)
@@ -421,7 +421,7 @@ func (f *FS) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst LayerI
 
 // fullBlocks returns references for every visible block of ino in view st,
 // for a record with Cut 0 in layer dst.
-func (f *FS) fullBlocks(tx kv.Txn, st state, ino InodeID, dst LayerID) ([][2][]byte, error) {
+func (f *View) fullBlocks(tx kv.Txn, st state, ino InodeID, dst LayerID) ([][2][]byte, error) {
 	n, _, err := f.getInode(tx, st, ino)
 	if err != nil || n.Size == 0 {
 		return nil, err
@@ -455,10 +455,10 @@ func (f *FS) fullBlocks(tx kv.Txn, st state, ino InodeID, dst LayerID) ([][2][]b
 
 // NewWithStack returns a view over an explicit stack (top first), such as a
 // read-only base or a staging view. It costs no store access.
-func NewWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *FS {
+func NewWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *View {
 	opts.EnsureDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &FS{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
+	f := &View{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
 		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID][]LayerID{}}
 	f.dirty.Store(true)
 	return f
@@ -466,14 +466,14 @@ func NewWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Option
 
 // NewFreshWithStack is NewWithStack for a stack whose top was just created
 // empty.
-func NewFreshWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *FS {
+func NewFreshWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *View {
 	f := NewWithStack(store, alloc, stack, opts)
 	f.dirty.Store(false)
 	return f
 }
 
 // SetStackLocked replaces the stack (top first); the caller holds Lock.
-func (f *FS) SetStackLocked(stack []LayerID) { f.setStackLocked(append([]LayerID(nil), stack...)) }
+func (f *View) SetStackLocked(stack []LayerID) { f.setStackLocked(append([]LayerID(nil), stack...)) }
 
 // commonSuffix returns how many bottom layers a and b share.
 func commonSuffix(a, b []LayerID) int {
@@ -499,7 +499,7 @@ func sameLinks(a, b []link) bool {
 // mergedCycle checks that every directory the child moved still reaches the
 // root once the child's moves are applied over the parent, and returns the
 // path of one that would not (a cycle), or "".
-func mergedCycle(tx kv.Txn, parent *FS, pst state, base *FS, bst state, cd, pd *delta) string {
+func mergedCycle(tx kv.Txn, parent *View, pst state, base *View, bst state, cd, pd *delta) string {
 	moved := map[InodeID]InodeID{} // dir -> new parent, child's moves
 	for ino, n := range cd.inodes {
 		if n.Type != TypeDir || n.Deleted || len(n.Links) == 0 {

@@ -17,7 +17,7 @@ const (
 	nfd = "cafe\u0301" // e + combining acute, as Cocoa apps send it
 )
 
-func listNames(t *testing.T, f *FS, dir InodeID) []string {
+func listNames(t *testing.T, f *View, dir InodeID) []string {
 	t.Helper()
 	ents, _, err := f.ReadDir(dir, 0, 100)
 	if err != nil {

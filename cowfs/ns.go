@@ -70,7 +70,7 @@ func resolveSlot(tx kv.Txn, layers []LayerID, dir InodeID, s uint64) (slotRec, e
 // foldName). It returns the entry (holding the stored form of the name)
 // and its slot, or ENOENT together with the first free slot where name
 // could go.
-func (f *FS) findEntry(tx kv.Txn, st state, dir InodeID, name string) (entry, uint64, error) {
+func (f *View) findEntry(tx kv.Txn, st state, dir InodeID, name string) (entry, uint64, error) {
 	layers, err := f.layersOf(tx, st, dir)
 	if err != nil {
 		return entry{}, 0, err
@@ -126,7 +126,7 @@ func probe(tx kv.Txn, layers []LayerID, dir InodeID, s uint64, key string) (entr
 }
 
 // freeSlot returns the slot where name can be added to dir, or EEXIST.
-func (f *FS) freeSlot(tx kv.Txn, st state, dir InodeID, name string) (uint64, error) {
+func (f *View) freeSlot(tx kv.Txn, st state, dir InodeID, name string) (uint64, error) {
 	_, s, err := f.findEntry(tx, st, dir, name)
 	switch {
 	case err == nil:
@@ -138,7 +138,7 @@ func (f *FS) freeSlot(tx kv.Txn, st state, dir InodeID, name string) (uint64, er
 }
 
 // dirForWrite loads directory dir for a change in the top layer.
-func (f *FS) dirForWrite(tx kv.Txn, st state, dir InodeID) (*inode, error) {
+func (f *View) dirForWrite(tx kv.Txn, st state, dir InodeID) (*inode, error) {
 	d, err := f.inodeForWrite(tx, st, dir)
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func (f *FS) dirForWrite(tx kv.Txn, st state, dir InodeID) (*inode, error) {
 // inodeForWrite loads ino for a change in the top layer: when the visible
 // record is in a lower layer, it becomes a copy-up whose Cut is the current
 // size. A missing inode is ESTALE (the caller holds a reference to it).
-func (f *FS) inodeForWrite(tx kv.Txn, st state, ino InodeID) (*inode, error) {
+func (f *View) inodeForWrite(tx kv.Txn, st state, ino InodeID) (*inode, error) {
 	n, from, err := f.getInode(tx, st, ino)
 	if errors.Is(err, syscall.ENOENT) {
 		return nil, syscall.ESTALE
@@ -166,13 +166,13 @@ func (f *FS) inodeForWrite(tx kv.Txn, st state, ino InodeID) (*inode, error) {
 	return n, nil
 }
 
-func (f *FS) put(tx kv.Txn, st state, n *inode) error {
+func (f *View) put(tx kv.Txn, st state, n *inode) error {
 	return tx.Set(inodeKey(st.stack[0], n.Ino), n.encode())
 }
 
 // setEntry stores dir/name -> ino at slot s of the top layer. A silly-rename
 // name is also noted in the layer's silly index (see DropSillyLocked).
-func (f *FS) setEntry(tx kv.Txn, st state, dir InodeID, s uint64, e entry) error {
+func (f *View) setEntry(tx kv.Txn, st state, dir InodeID, s uint64, e entry) error {
 	if e.Ino != 0 && IsSillyName(e.Name) {
 		if err := tx.Set(sillyKey(st.stack[0], dir, s), u64(nil, uint64(e.Ino))); err != nil {
 			return err
@@ -183,7 +183,7 @@ func (f *FS) setEntry(tx kv.Txn, st state, dir InodeID, s uint64, e entry) error
 
 // clearEntry removes the entry at slot s: a whiteout when a lower layer has
 // a record there or the probe chain continues past it, else a plain delete.
-func (f *FS) clearEntry(tx kv.Txn, st state, dir InodeID, s uint64) error {
+func (f *View) clearEntry(tx kv.Txn, st state, dir InodeID, s uint64) error {
 	layers, err := f.layersOf(tx, st, dir)
 	if err != nil {
 		return err
@@ -208,7 +208,7 @@ func (f *FS) clearEntry(tx kv.Txn, st state, dir InodeID, s uint64) error {
 	return f.setEntry(tx, st, dir, s, entry{})
 }
 
-func (f *FS) getAttr(ino InodeID) (Attr, error) {
+func (f *View) getAttr(ino InodeID) (Attr, error) {
 	var a Attr
 	err := f.view(func(tx kv.Txn, st state) error {
 		n, _, err := f.getInode(tx, st, ino)
@@ -224,7 +224,7 @@ func (f *FS) getAttr(ino InodeID) (Attr, error) {
 	return a, f.wrap("getattr", "", err)
 }
 
-func (f *FS) lookup(dir InodeID, name string) (Attr, error) {
+func (f *View) lookup(dir InodeID, name string) (Attr, error) {
 	var a Attr
 	err := f.view(func(tx kv.Txn, st state) error {
 		d, err := f.known(tx, st, dir)
@@ -269,7 +269,7 @@ func (f *FS) lookup(dir InodeID, name string) (Attr, error) {
 
 // view runs fn in a read-only transaction on the view's current stack.
 // Errors come back raw; callers wrap them with their op and name.
-func (f *FS) view(fn func(tx kv.Txn, st state) error) error {
+func (f *View) view(fn func(tx kv.Txn, st state) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st, err := f.begin(false)
@@ -281,7 +281,7 @@ func (f *FS) view(fn func(tx kv.Txn, st state) error) error {
 
 // known resolves an inode the caller holds a reference to (a handle): a
 // missing one is ESTALE, not ENOENT.
-func (f *FS) known(tx kv.Txn, st state, ino InodeID) (*inode, error) {
+func (f *View) known(tx kv.Txn, st state, ino InodeID) (*inode, error) {
 	n, _, err := f.getInode(tx, st, ino)
 	if errors.Is(err, syscall.ENOENT) {
 		return nil, syscall.ESTALE
@@ -291,7 +291,7 @@ func (f *FS) known(tx kv.Txn, st state, ino InodeID) (*inode, error) {
 
 // update runs fn in a read-write transaction on a writable view, holding
 // nsMu when ns is set.
-func (f *FS) update(op, name string, ns bool, fn func(tx kv.Txn, st state) error) error {
+func (f *View) update(op, name string, ns bool, fn func(tx kv.Txn, st state) error) error {
 	if ns {
 		f.nsMu.Lock()
 		defer f.nsMu.Unlock()
@@ -307,7 +307,7 @@ func (f *FS) update(op, name string, ns bool, fn func(tx kv.Txn, st state) error
 	return f.wrap(op, name, err)
 }
 
-func (f *FS) newInode(t FileType, a NewAttr, dir InodeID, name string) (*inode, error) {
+func (f *View) newInode(t FileType, a NewAttr, dir InodeID, name string) (*inode, error) {
 	ino, err := f.alloc.Next(f.ctx, "ino")
 	if err != nil {
 		return nil, err
@@ -329,7 +329,7 @@ func (f *FS) newInode(t FileType, a NewAttr, dir InodeID, name string) (*inode, 
 }
 
 // addEntry links n into d at slot s and updates the directory times.
-func (f *FS) addEntry(tx kv.Txn, st state, d *inode, s uint64, n *inode, name string) error {
+func (f *View) addEntry(tx kv.Txn, st state, d *inode, s uint64, n *inode, name string) error {
 	if err := f.setEntry(tx, st, d.Ino, s, entry{Ino: n.Ino, Type: n.Type, Name: name}); err != nil {
 		return err
 	}
@@ -344,7 +344,7 @@ func (f *FS) addEntry(tx kv.Txn, st state, d *inode, s uint64, n *inode, name st
 	return f.put(tx, st, n)
 }
 
-func (f *FS) create(dir InodeID, name string, how CreateHow, a NewAttr, verf uint64) (Attr, error) {
+func (f *View) create(dir InodeID, name string, how CreateHow, a NewAttr, verf uint64) (Attr, error) {
 	if e := checkName(name); e != 0 {
 		return Attr{}, pathErr("create", name, e)
 	}
@@ -394,7 +394,7 @@ func (f *FS) create(dir InodeID, name string, how CreateHow, a NewAttr, verf uin
 	return out, err
 }
 
-func (f *FS) mknode(dir InodeID, name string, t FileType, a NewAttr, target string) (Attr, error) {
+func (f *View) mknode(dir InodeID, name string, t FileType, a NewAttr, target string) (Attr, error) {
 	op := "mknod"
 	switch t {
 	case TypeDir:
@@ -444,7 +444,7 @@ func (f *FS) mknode(dir InodeID, name string, t FileType, a NewAttr, target stri
 	return out, err
 }
 
-func (f *FS) link(ino, dir InodeID, name string) (Attr, error) {
+func (f *View) link(ino, dir InodeID, name string) (Attr, error) {
 	if e := checkName(name); e != 0 {
 		return Attr{}, pathErr("link", name, e)
 	}
@@ -482,7 +482,7 @@ func (f *FS) link(ino, dir InodeID, name string) (Attr, error) {
 
 // dropLink removes the link (dir, name) from n and deletes n when no link
 // is left: a tombstone when lower layers hold it, else its records go.
-func (f *FS) dropLink(tx kv.Txn, st state, n *inode, dir InodeID, name string) error {
+func (f *View) dropLink(tx kv.Txn, st state, n *inode, dir InodeID, name string) error {
 	for i, l := range n.Links {
 		if l.Dir == dir && l.Name == name {
 			n.Links = append(n.Links[:i:i], n.Links[i+1:]...)
@@ -501,7 +501,7 @@ func (f *FS) dropLink(tx kv.Txn, st state, n *inode, dir InodeID, name string) e
 	return f.put(tx, st, n)
 }
 
-func (f *FS) deleteInode(tx kv.Txn, st state, n *inode) error {
+func (f *View) deleteInode(tx kv.Txn, st state, n *inode) error {
 	if err := f.dropOwnData(tx, st, n.Ino, 0, 50000); err != nil {
 		return err
 	}
@@ -523,7 +523,7 @@ func (f *FS) deleteInode(tx kv.Txn, st state, n *inode) error {
 // behind (its record is gone, so nothing reads them; they are freed with
 // the layer) rather than overflow the transaction; a truncate must drop
 // them all (limit 0), or fail with EFBIG.
-func (f *FS) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64, limit int) error {
+func (f *View) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64, limit int) error {
 	pfx := dataPrefix(st.stack[0], ino)
 	var keys [][]byte
 	err := tx.Iterate(pfx, dataKey(st.stack[0], ino, from), true, func(k, _ []byte) (bool, error) {
@@ -541,7 +541,7 @@ func (f *FS) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64, limit in
 	return nil
 }
 
-func (f *FS) remove(dir InodeID, name string, isDir bool) error {
+func (f *View) remove(dir InodeID, name string, isDir bool) error {
 	op := "remove"
 	if isDir {
 		op = "rmdir"
@@ -594,13 +594,13 @@ func (f *FS) remove(dir InodeID, name string, isDir bool) error {
 	})
 }
 
-func (f *FS) dirEmpty(tx kv.Txn, st state, dir InodeID) (bool, error) {
+func (f *View) dirEmpty(tx kv.Txn, st state, dir InodeID) (bool, error) {
 	ents, _, err := f.listLocked(tx, st, dir, 0, 1)
 	return len(ents) == 0, err
 }
 
 // isAncestor reports whether a is dir or one of its ancestors.
-func (f *FS) isAncestor(tx kv.Txn, st state, a, dir InodeID) (bool, error) {
+func (f *View) isAncestor(tx kv.Txn, st state, a, dir InodeID) (bool, error) {
 	for i := 0; i < 4096; i++ {
 		if dir == a {
 			return true, nil
@@ -620,7 +620,7 @@ func (f *FS) isAncestor(tx kv.Txn, st state, a, dir InodeID) (bool, error) {
 	return false, syscall.ELOOP
 }
 
-func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName string) error {
+func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName string) error {
 	for _, nm := range []string{srcName, dstName} {
 		if e := checkName(nm); e != 0 {
 			return pathErr("rename", nm, e)
@@ -724,7 +724,7 @@ func (f *FS) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName stri
 
 // respell stores entry e of directory d at slot s under name, another
 // spelling of the same name, in the entry and in its inode's link.
-func (f *FS) respell(tx kv.Txn, st state, d *inode, s uint64, e entry, name string) error {
+func (f *View) respell(tx kv.Txn, st state, d *inode, s uint64, e entry, name string) error {
 	n, err := f.inodeForWrite(tx, st, e.Ino)
 	if err != nil {
 		return err
@@ -747,7 +747,7 @@ func (f *FS) respell(tx kv.Txn, st state, d *inode, s uint64, e entry, name stri
 	return f.put(tx, st, n)
 }
 
-func (f *FS) readlink(ino InodeID) (string, error) {
+func (f *View) readlink(ino InodeID) (string, error) {
 	var t string
 	err := f.view(func(tx kv.Txn, st state) error {
 		n, err := f.known(tx, st, ino)
@@ -763,7 +763,7 @@ func (f *FS) readlink(ino InodeID) (string, error) {
 	return t, f.wrap("readlink", "", err)
 }
 
-func (f *FS) readDir(dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error) {
+func (f *View) readDir(dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error) {
 	var out []DirEntry
 	var eof bool
 	err := f.view(func(tx kv.Txn, st state) error {
@@ -782,7 +782,7 @@ func (f *FS) readDir(dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error
 
 // listLocked merges the entries of dir across the layers holding it, in
 // slot order after cookie, skipping whiteouts; at most n entries.
-func (f *FS) listLocked(tx kv.Txn, st state, dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error) {
+func (f *View) listLocked(tx kv.Txn, st state, dir InodeID, cookie uint64, n int) ([]DirEntry, bool, error) {
 	if n <= 0 {
 		n = 1
 	}
@@ -856,7 +856,7 @@ func (f *FS) listLocked(tx kv.Txn, st state, dir InodeID, cookie uint64, n int) 
 
 // pathOf returns the path of ino from the root, through each inode's first
 // link; ESTALE for an inode that is gone or no longer linked.
-func (f *FS) pathOf(ino InodeID) (string, error) {
+func (f *View) pathOf(ino InodeID) (string, error) {
 	var p string
 	err := f.view(func(tx kv.Txn, st state) error {
 		var err error

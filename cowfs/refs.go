@@ -44,7 +44,7 @@ func (r *refLog) content(h []byte) { r.hashes = append(r.hashes, append([]byte(n
 
 // updateRefs runs fn in a read-write transaction under the tracker, and
 // records for a running sweep the hashes the committed attempt logged.
-func (f *FS) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
+func (f *View) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
 	return f.opts.Tracker.commitWith(func(record func([][]byte)) error {
 		var refs refLog
 		err := f.store.Update(ctx, func(tx kv.Txn) error {
@@ -60,7 +60,7 @@ func (f *FS) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) er
 
 // updateData is update (without the namespace lock) for calls that may
 // write block references.
-func (f *FS) updateData(op, name string, fn func(tx kv.Txn, st state, refs *refLog) error) error {
+func (f *View) updateData(op, name string, fn func(tx kv.Txn, st state, refs *refLog) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st, err := f.begin(true)

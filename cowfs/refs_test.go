@@ -75,7 +75,7 @@ func randBytes(r *rand.Rand, n int) []byte {
 
 // leaveGarbage stores p as the second block of a file and truncates that
 // block away, so p's content is stored and unreferenced.
-func leaveGarbage(t *testing.T, f *FS, name string, first, p []byte) {
+func leaveGarbage(t *testing.T, f *View, name string, first, p []byte) {
 	t.Helper()
 	a, err := f.Create(RootIno, name, CreateGuarded, NewAttr{Mode: 0o644}, 0)
 	if err != nil {
@@ -90,7 +90,7 @@ func leaveGarbage(t *testing.T, f *FS, name string, first, p []byte) {
 	}
 }
 
-func readAll(t *testing.T, f *FS, ino InodeID, n int) []byte {
+func readAll(t *testing.T, f *View, ino InodeID, n int) []byte {
 	t.Helper()
 	got := make([]byte, n+10)
 	k, _, err := f.ReadAt(ino, got, 0)

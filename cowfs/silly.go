@@ -60,7 +60,7 @@ func isHex(s string) bool {
 // without a name are deleted; their blocks in the top layer stay until
 // PurgeData (a transaction must stay small), and it returns those inodes.
 // The caller holds Lock. Cost: O(index keys of layers).
-func (f *FS) DropSillyLocked(tx kv.Txn, layers []LayerID) ([]InodeID, error) {
+func (f *View) DropSillyLocked(tx kv.Txn, layers []LayerID) ([]InodeID, error) {
 	if f.err != nil {
 		return nil, syscall.ESTALE
 	}
@@ -114,7 +114,7 @@ func (f *FS) DropSillyLocked(tx kv.Txn, layers []LayerID) ([]InodeID, error) {
 // dropSillyEntry unlinks the entry at slot s of dir if it is still a
 // non-directory with a silly name. It returns the inode when that was its
 // last name (deleted, blocks left for PurgeData).
-func (f *FS) dropSillyEntry(tx kv.Txn, st state, dir InodeID, s uint64) (InodeID, error) {
+func (f *View) dropSillyEntry(tx kv.Txn, st state, dir InodeID, s uint64) (InodeID, error) {
 	d, _, err := f.getInode(tx, st, dir)
 	if errors.Is(err, syscall.ENOENT) {
 		return 0, nil // the directory went too

@@ -11,7 +11,7 @@ import (
 	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
-func newTestFS(t testing.TB, opts Options) (*FS, kv.Store, *Allocator) {
+func newTestFS(t testing.TB, opts Options) (*View, kv.Store, *Allocator) {
 	t.Helper()
 	st := kvtest.NewStore(t)
 	al := NewAllocator(st)

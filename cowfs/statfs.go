@@ -11,7 +11,7 @@ import (
 // (kv.SpaceReporter) does not count the reserve as free, so that clients
 // see a full disk when writes start to fail with ENOSPC. Without a
 // reporter it reports Options.StatDir's filesystem.
-func (f *FS) StatFS() (StatFS, error) {
+func (f *View) StatFS() (StatFS, error) {
 	if r, ok := f.store.(kv.SpaceReporter); ok {
 		// An in-memory store has no filesystem and says so.
 		if sp, err := r.Space(); err == nil {

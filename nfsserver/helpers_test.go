@@ -21,11 +21,11 @@ type fakeBranches struct {
 	infos []branches.Info
 }
 
-func (f *fakeBranches) View(name string) (*cowfs.FS, branches.Info, error) {
+func (f *fakeBranches) View(name string) (*cowfs.View, branches.Info, error) {
 	return nil, branches.Info{}, branches.ErrNotFound
 }
 
-func (f *fakeBranches) ViewByID(id branches.BranchID) (*cowfs.FS, branches.Info, error) {
+func (f *fakeBranches) ViewByID(id branches.BranchID) (*cowfs.View, branches.Info, error) {
 	return nil, branches.Info{}, branches.ErrNotFound
 }
 

@@ -17,7 +17,7 @@ import (
 // attributes. For the synthetic root of export "/", fs is nil.
 type node struct {
 	h    fileHandle
-	fs   *cowfs.FS
+	fs   *cowfs.View
 	info branches.Info
 	attr cowfs.Attr
 }

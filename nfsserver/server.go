@@ -26,9 +26,9 @@ import (
 type Branches interface {
 	// View returns the live view of a branch by name. Errors match
 	// branches.ErrNotFound, ErrStale or ErrInvalidated with errors.Is.
-	View(name string) (*cowfs.FS, branches.Info, error)
+	View(name string) (*cowfs.View, branches.Info, error)
 	// ViewByID is View by branch id (NFS handles carry the id).
-	ViewByID(id branches.BranchID) (*cowfs.FS, branches.Info, error)
+	ViewByID(id branches.BranchID) (*cowfs.View, branches.Info, error)
 	// Live lists the live branches, cheaply (called on every request of
 	// the root export).
 	Live() []branches.Info

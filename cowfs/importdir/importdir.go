@@ -50,7 +50,7 @@ type linkKey struct{ dev, ino uint64 }
 
 type importer struct {
 	ctx   context.Context
-	fs    *cowfs.FS
+	fs    *cowfs.View
 	opts  Options
 	links map[linkKey]cowfs.InodeID
 	buf   []byte
@@ -61,7 +61,7 @@ type importer struct {
 // in dst make it fail with EEXIST. The attributes (mode, owner, times) of
 // src itself are applied to dst. It returns what was imported, also on
 // error.
-func Import(ctx context.Context, fs *cowfs.FS, dst cowfs.InodeID, src string, opts Options) (Progress, error) {
+func Import(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, opts Options) (Progress, error) {
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = 1 << 20
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
-func newFS(t *testing.T) *cowfs.FS {
+func newFS(t *testing.T) *cowfs.View {
 	t.Helper()
 	st := kvtest.NewStore(t)
 	al := cowfs.NewAllocator(st)
@@ -170,7 +170,7 @@ func sourceEntries(t *testing.T, root string) map[string]entry {
 }
 
 // viewEntries walks the imported tree through the inode API.
-func viewEntries(t *testing.T, f *cowfs.FS) map[string]entry {
+func viewEntries(t *testing.T, f *cowfs.View) map[string]entry {
 	t.Helper()
 	out := map[string]entry{}
 	seen := map[cowfs.InodeID]string{}

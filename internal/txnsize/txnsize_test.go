@@ -117,7 +117,7 @@ func newEnv(t *testing.T) *env {
 	return &env{t: t, rec: rec, m: m}
 }
 
-func (e *env) view(branch string) *cowfs.FS {
+func (e *env) view(branch string) *cowfs.View {
 	fs, _, err := e.m.View(branch)
 	if err != nil {
 		e.t.Fatal(err)
