@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -556,3 +557,22 @@ func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger: " + fmt.
 func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
 func (b badgerLogger) Infof(string, ...any)        {}
 func (b badgerLogger) Debugf(string, ...any)       {}
+
+// Limits are Badger's own: a transaction holds fewer entries than its
+// batch count and fewer bytes than its batch size (15% of a memtable;
+// each entry costs its key, its value or, for a value in the value log, a
+// 12-byte pointer, and 12 bytes more), and Badger puts one entry of its
+// own into every transaction. Reads are not bounded.
+func (s *badgerStore) Limits() Limits {
+	const opBytes = 2 + 10 // Badger's meta bytes and the key's version
+	return Limits{
+		Writes:  int(s.db.MaxBatchCount()) - 2, // "count+1 >= max" fails, and the commit entry counts
+		Reads:   math.MaxInt,
+		Bytes:   int(s.db.MaxBatchSize()) - 1 - (len(badgerTxnKey) + 10),
+		OpBytes: opBytes,
+	}
+}
+
+// badgerTxnKey is the key of the entry Badger adds to each transaction,
+// which its size check counts from the start.
+const badgerTxnKey = "!badger!txn"

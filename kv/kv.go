@@ -42,10 +42,50 @@ type Store interface {
 	// reports the disk space before and after. Nothing committed is lost
 	// if it is cut short, by an error or a crash.
 	ReclaimSpace(ctx context.Context) (ReclaimStats, error)
+	// Limits reports how much one read-write transaction may hold. Code
+	// that writes in batches (a merge, reclaim) sizes each batch by it.
+	Limits() Limits
 	// Close flushes and closes the store. After Close every method
 	// returns ErrClosed (a Snapshot taken after it, from its reads);
 	// closing again returns nil.
 	Close() error
+}
+
+// Limits bounds one Update. An Update within every bound never fails with
+// ErrTxnTooBig; one past a bound fails with it (a store whose real bound
+// for some shape of transaction is larger, such as Badger's for values
+// kept in its value log, may still commit it). Reads in a View are not
+// bounded.
+type Limits struct {
+	// Writes is the most Set and Delete calls one Update may make (a key
+	// written twice counts twice).
+	Writes int
+	// Reads is the most keys one Update that writes may read (Get,
+	// GetFunc, Has, each key passed to an Iterate callback) plus the
+	// ranges it iterates: etcd checks each of them in the commit.
+	Reads int
+	// Bytes bounds the size of one Update: the sum, over its Set and
+	// Delete calls, of len(key) + len(value) + OpBytes, plus, over its
+	// reads, len(key) + OpBytes (a range: both of its bounds, and OpBytes
+	// twice).
+	Bytes int
+	// OpBytes is what each write or read costs beyond its key and value.
+	OpBytes int
+}
+
+// Batch returns how many items fit in one Update when each costs
+// writes writes and bytes bytes (keys, values and OpBytes included), and
+// the Update reads nothing: at least 1, so a caller always progresses (an
+// item too big alone fails with ErrTxnTooBig).
+func (l Limits) Batch(writes, bytes int) int {
+	n := l.Writes
+	if writes > 0 {
+		n = l.Writes / writes
+	}
+	if bytes > 0 {
+		n = min(n, l.Bytes/bytes)
+	}
+	return max(n, 1)
 }
 
 // Snapshot is a read-only transaction that outlives a single callback.

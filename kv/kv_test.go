@@ -160,3 +160,16 @@ func TestSmallInMemoryStore(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestLimitsBatch: Batch divides each bound by an item's cost and never
+// returns less than one.
+func TestLimitsBatch(t *testing.T) {
+	l := kv.Limits{Writes: 128, Reads: 128, Bytes: 1000, OpBytes: 24}
+	for _, c := range []struct{ writes, bytes, want int }{
+		{3, 0, 42}, {1, 100, 10}, {3, 10, 42}, {0, 0, 128}, {200, 0, 1}, {1, 5000, 1},
+	} {
+		if got := l.Batch(c.writes, c.bytes); got != c.want {
+			t.Errorf("Batch(%d, %d) = %d, want %d", c.writes, c.bytes, got, c.want)
+		}
+	}
+}

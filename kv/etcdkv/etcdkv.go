@@ -245,6 +245,19 @@ func (s *store) Compact(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// Limits follow Options: MaxTxnOps writes and as many reads (etcd checks
+// each of them with a compare), and MaxRequestBytes less what a request
+// carries besides its operations. Each operation carries the store's
+// prefix on its key.
+func (s *store) Limits() kv.Limits {
+	return kv.Limits{
+		Writes:  s.opts.MaxTxnOps,
+		Reads:   s.opts.MaxTxnOps,
+		Bytes:   s.opts.MaxRequestBytes - requestOverhead,
+		OpBytes: len(s.opts.Prefix) + opOverhead,
+	}
+}
+
 // ReclaimSpace compacts the cluster's history up to the current revision
 // (for every prefix, not only this store's) and defragments each member in
 // turn, which gives the space of deleted and overwritten values back to

@@ -40,6 +40,7 @@ var Cases = []struct {
 	{"RetryDropsWrites", testRetryDropsWrites},
 	{"BlindWritesDoNotConflict", testBlindWrites},
 	{"TxnTooBig", testTxnTooBig},
+	{"Limits", testLimits},
 	{"ContextCanceled", testContextCanceled},
 	{"Sync", testSync},
 	{"SizeCompactReclaim", testSizeCompact},
@@ -702,6 +703,100 @@ func testTxnTooBig(t *testing.T, s kv.Store) {
 	}
 	set(t, s, "after", "ok")
 	wantValue(t, s, "after", "ok")
+}
+
+// testLimits: an Update exactly at each bound of Limits commits, and one
+// past it fails with ErrTxnTooBig and stores nothing, so code that sizes
+// its batches by Limits neither fails nor wastes the store's capacity.
+func testLimits(t *testing.T, s kv.Store) {
+	l := s.Limits()
+	t.Logf("Limits: %+v", l)
+	if l.Writes < 1 || l.Reads < 1 || l.Bytes < 1 || l.OpBytes < 0 {
+		t.Fatalf("Limits %+v: every bound must be positive", l)
+	}
+	key := func(p string, i int) []byte { return fmt.Appendf(nil, "%s/%08d", p, i) }
+	klen := len(key("w0", 0))
+	// write sets n keys under p with values of the given sizes.
+	write := func(p string, sizes []int) error {
+		return s.Update(bg, func(tx kv.Txn) error {
+			for i, n := range sizes {
+				if err := tx.Set(key(p, i), make([]byte, n)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	stored := func(p string) int { return len(viewKeys(t, s, b(p+"/"), nil)) }
+
+	// Writes: Limits.Writes empty values commit, one more does not.
+	if need := l.Writes * (klen + l.OpBytes); need > l.Bytes {
+		t.Fatalf("Limits %+v: %d writes of %d-byte keys need %d bytes, more than Bytes", l, l.Writes, klen, need)
+	}
+	if err := write("w0", make([]int, l.Writes)); err != nil {
+		t.Fatalf("Update of Limits.Writes (%d) writes: %v", l.Writes, err)
+	}
+	if got := stored("w0"); got != l.Writes {
+		t.Fatalf("stored %d keys of %d", got, l.Writes)
+	}
+	if err := write("w1", make([]int, l.Writes+1)); !errors.Is(err, kv.ErrTxnTooBig) {
+		t.Fatalf("Update of Limits.Writes+1 (%d) writes: %v, want ErrTxnTooBig", l.Writes+1, err)
+	}
+	if got := stored("w1"); got != 0 {
+		t.Fatalf("an Update past Limits.Writes stored %d keys", got)
+	}
+
+	// Bytes: values of about 100 bytes (small enough that every store
+	// counts them whole) summing with keys and OpBytes to exactly
+	// Limits.Bytes commit; one byte more does not.
+	n := min(l.Writes, (l.Bytes+klen+100+l.OpBytes-1)/(klen+100+l.OpBytes))
+	data := l.Bytes - n*(klen+l.OpBytes)
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = data / n
+		if i < data%n {
+			sizes[i]++
+		}
+	}
+	if err := write("b0", sizes); err != nil {
+		t.Fatalf("Update of %d writes of %d bytes in all (Limits.Bytes): %v", n, l.Bytes, err)
+	}
+	if got := stored("b0"); got != n {
+		t.Fatalf("stored %d keys of %d", got, n)
+	}
+	sizes[n-1]++
+	if err := write("b1", sizes); !errors.Is(err, kv.ErrTxnTooBig) {
+		t.Fatalf("Update of %d writes of %d bytes in all (Limits.Bytes+1): %v, want ErrTxnTooBig", n, l.Bytes+1, err)
+	}
+	if got := stored("b1"); got != 0 {
+		t.Fatalf("an Update past Limits.Bytes stored %d keys", got)
+	}
+
+	// Reads, where a store bounds them: Limits.Reads keys read and one
+	// write commit; one read more does not.
+	if l.Reads >= 1<<20 {
+		return // not bounded
+	}
+	read := func(reads int) error {
+		return s.Update(bg, func(tx kv.Txn) error {
+			for i := range reads {
+				if _, err := tx.Has(key("r", i)); err != nil {
+					return err
+				}
+			}
+			return tx.Set(b("r-written"), b("x"))
+		})
+	}
+	if err := read(l.Reads); err != nil {
+		t.Fatalf("Update reading Limits.Reads (%d) keys: %v", l.Reads, err)
+	}
+	if err := s.Update(bg, func(tx kv.Txn) error { return tx.Delete(b("r-written")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := read(l.Reads + 1); !errors.Is(err, kv.ErrTxnTooBig) {
+		t.Fatalf("Update reading Limits.Reads+1 (%d) keys: %v, want ErrTxnTooBig", l.Reads+1, err)
+	}
+	wantAbsent(t, s, "r-written")
 }
 
 func testContextCanceled(t *testing.T, s kv.Store) {

@@ -46,6 +46,20 @@ func TestCluster(t *testing.T) {
 		kvtest.RunSuite(t, func(t *testing.T) kv.Store { return c.NewStore(t, etcdkv.Options{}) })
 	})
 	t.Run("Limits", func(t *testing.T) { testLimits(t, c) })
+	t.Run("LimitsFromOptions", func(t *testing.T) {
+		// Options below the server's flags bound the store: Limits must
+		// follow them, and the suite's case checks every bound.
+		o := etcdkv.Options{MaxTxnOps: 64, MaxRequestBytes: 256 << 10, Prefix: "lim/"}
+		s := c.NewStore(t, o)
+		if l := s.Limits(); l.Writes != 64 || l.Reads != 64 || l.Bytes > 256<<10 || l.Bytes < 250<<10 {
+			t.Fatalf("Limits %+v with %+v", l, o)
+		}
+		for _, tc := range kvtest.Cases {
+			if tc.Name == "Limits" {
+				tc.Fn(t, s)
+			}
+		}
+	})
 	t.Run("PhantomConflicts", func(t *testing.T) { testPhantomConflicts(t, c) })
 	t.Run("TwoClients", func(t *testing.T) { testTwoClients(t, c) })
 	t.Run("Compacted", func(t *testing.T) { testCompacted(t, c) }) // last: it compacts every store's history
