@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/spf13/cobra"
 )
 
@@ -24,11 +25,12 @@ func newListCommand(g *globalOptions) *cobra.Command {
 	opts := &listOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "Show the tree of branches with state, fork time and bytes changed",
-		Long: `Show the tree of branches with their state, fork time and the data bytes
-written since the fork. Live and invalidated branches are shown; --all also
-shows committed and aborted ones. --json prints an array of branch objects
-(see README.md).`,
+		Short: "Show the tree of branches with state, fork time, bytes changed and unique bytes",
+		Long: `Show the tree of branches with their state, fork time, the data bytes
+written since the fork, and their unique bytes: the content only that
+branch references, which aborting it gives back. Live and invalidated
+branches are shown; --all also shows committed and aborted ones. --json
+prints an array of branch objects (see README.md).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runList(cmd.Context(), opts)
@@ -63,21 +65,43 @@ func runList(ctx context.Context, o *listOptions) error {
 		if err != nil {
 			return err
 		}
+		unique := uniqueBytes(ctx, b, o.stderr)
+		for i, e := range entries {
+			if n, ok := unique[e.Name]; ok && (e.State == branches.StateLive || e.State == branches.StateInvalidated) {
+				entries[i].UniqueBytes = &n
+			}
+		}
 		switch {
 		case o.JSON:
 			return writeJSON(o.stdout, entries)
 		case o.Sort != "":
 			printScored(o.stdout, entries)
 		default:
-			printTree(o.stdout, entryInfos(entries))
+			printTree(o.stdout, entryInfos(entries), unique)
 		}
 		return nil
 	})
 }
 
+// uniqueBytes returns each live or invalidated branch's unique bytes, or
+// nil, with a note on stderr, when the backend cannot tell: the rest of
+// the list is still worth printing.
+func uniqueBytes(ctx context.Context, b *backend, stderr io.Writer) map[string]int64 {
+	sr, ok := b.Backend.(control.SpaceReporter)
+	if !ok {
+		return nil
+	}
+	u, err := sr.UniqueBytes(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "branchnfs: unique bytes left out: %v\n", err)
+		return nil
+	}
+	return u
+}
+
 // printTree prints branches as a tree: children under their parent, in
-// fork order.
-func printTree(w io.Writer, infos []branches.Info) {
+// fork order, with their unique bytes when unique is not nil.
+func printTree(w io.Writer, infos []branches.Info, unique map[string]int64) {
 	byID := make(map[branches.BranchID]bool, len(infos))
 	for _, in := range infos {
 		byID[in.ID] = true
@@ -102,7 +126,11 @@ func printTree(w io.Writer, infos []branches.Info) {
 	order(roots)
 	var buf strings.Builder
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "BRANCH\tSTATE\tFORKED\tCHANGED\tNOTE")
+	if unique != nil {
+		fmt.Fprintln(tw, "BRANCH\tSTATE\tFORKED\tCHANGED\tUNIQUE\tNOTE")
+	} else {
+		fmt.Fprintln(tw, "BRANCH\tSTATE\tFORKED\tCHANGED\tNOTE")
+	}
 	var walk func(in branches.Info, prefix, branch string)
 	walk = func(in branches.Info, prefix, branch string) {
 		forked := "-"
@@ -119,7 +147,15 @@ func printTree(w io.Writer, infos []branches.Info) {
 		if len(in.Checkpoints) > 0 {
 			notes = append(notes, "checkpoints: "+strings.Join(in.Checkpoints, ", "))
 		}
-		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\n", branch, in.Name, in.State, forked, humanBytes(in.BytesChanged), strings.Join(notes, "; "))
+		changed := humanBytes(in.BytesChanged)
+		if unique != nil {
+			u := "-"
+			if n, ok := unique[in.Name]; ok && (in.State == branches.StateLive || in.State == branches.StateInvalidated) {
+				u = humanBytes(n)
+			}
+			changed += "\t" + u
+		}
+		fmt.Fprintf(tw, "%s%s\t%s\t%s\t%s\t%s\n", branch, in.Name, in.State, forked, changed, strings.Join(notes, "; "))
 		kids := children[in.ID]
 		order(kids)
 		for i, k := range kids {

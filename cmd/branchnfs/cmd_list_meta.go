@@ -30,6 +30,9 @@ func (o *listMetaOptions) AddFlags(cmd *cobra.Command) {
 // listEntry is a branch of list --json: the branch object and its meta.
 type listEntry struct {
 	branches.Info
+	// UniqueBytes: content only this branch references (live and
+	// invalidated branches; see branches.SpaceReport).
+	UniqueBytes  *int64            `json:"unique_bytes,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Score        *float64          `json:"score,omitempty"`
 	LeaseExpires *time.Time        `json:"lease_expires,omitempty"`

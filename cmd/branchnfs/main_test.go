@@ -270,7 +270,7 @@ func TestPrintTree(t *testing.T) {
 		{ID: 4, Name: "a1", ParentID: 2, Parent: "a", State: branches.StateLive, Depth: 2, ForkTime: ft.Add(2 * time.Second), Checkpoints: []string{"c1"}},
 	}
 	var w bytes.Buffer
-	printTree(&w, infos)
+	printTree(&w, infos, nil)
 	want := `BRANCH    STATE        FORKED               CHANGED  NOTE
 main      live         -                    0 B
 ├─ a      live         2026-01-02 03:04:05  2.0 KiB
@@ -279,6 +279,17 @@ main      live         -                    0 B
 `
 	if w.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", w.String(), want)
+	}
+	w.Reset()
+	printTree(&w, infos, map[string]int64{"main": 3 << 20, "a": 2048, "a1": 0})
+	want = `BRANCH    STATE        FORKED               CHANGED  UNIQUE   NOTE
+main      live         -                    0 B      3.0 MiB
+├─ a      live         2026-01-02 03:04:05  2.0 KiB  2.0 KiB
+│  └─ a1  live         2026-01-02 03:04:07  0 B      0 B      checkpoints: c1
+└─ b      invalidated  2026-01-02 03:04:06  0 B      -        by commit of x into main
+`
+	if w.String() != want {
+		t.Errorf("with unique bytes: got\n%s\nwant\n%s", w.String(), want)
 	}
 }
 

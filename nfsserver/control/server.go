@@ -221,6 +221,7 @@ func (s *Server) Handler() http.Handler {
 	s.jobRoutes(mux)
 	s.metaRoutes(mux)
 	mux.HandleFunc("POST /v1/gc", s.gc)
+	s.spaceRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: errorDetail{
 			Code: CodeBadRequest, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)}})
