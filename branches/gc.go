@@ -55,6 +55,7 @@ func (m *Manager) GC(ctx context.Context) (GCStats, error) {
 
 func (m *Manager) gcLocked(ctx context.Context) (GCStats, error) {
 	var st GCStats
+	m.rechunkStep(ctx) // before the sweep, which then drops the replaced blocks
 	r, err := m.Reclaim(ctx)
 	st.Reclaim = r
 	if err != nil {

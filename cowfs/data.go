@@ -60,9 +60,7 @@ var trackMu sync.Mutex
 func ReferencedHashes(tx kv.Txn, l LayerID, fn func(h []byte)) error {
 	pfx := append(layerPrefix(l), kindData)
 	return tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
-		if h := refContent(v); h != nil {
-			fn(h)
-		}
+		refHashes(v, fn)
 		return true, nil
 	})
 }
@@ -84,6 +82,7 @@ type blockReader struct {
 	layers []LayerID // layers holding a record of the inode, top first
 	cuts   []uint64  // the record's Cut per layer; math.MaxUint64 beyond a tombstone
 	ino    InodeID
+	chunks chunkCache // chunks of chunk references read lately
 }
 
 func (f *View) newBlockReader(tx kv.Txn, st state, ino InodeID) (*blockReader, error) {
@@ -233,6 +232,14 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 			clear(dst[r.limit:])
 		}
 		return nil
+	case r.ref[0] == refChunks:
+		if err := br.chunkContent(r.ref, dst); err != nil {
+			return err
+		}
+		if r.limit < uint64(len(dst)) {
+			clear(dst[r.limit:])
+		}
+		return nil
 	default:
 		return errCorrupt
 	}
@@ -333,10 +340,25 @@ func applyPatches(data, p []byte) error {
 }
 
 // patchRef returns a patch reference that applies edit at off over the
-// block old refers to, if old is content-addressed, fully visible, and the
-// edits stay small; nil otherwise.
+// block old refers to, if old is content-addressed (a stored block, a
+// patch, or chunk slices, which then carry the edits), fully visible, and
+// the edits stay small; nil otherwise.
 func (f *View) patchRef(old resolved, off uint64, edit []byte) []byte {
-	if old.limit != f.bs || len(old.ref) < 33 {
+	if old.limit != f.bs || len(old.ref) < 2 {
+		return nil
+	}
+	if old.ref[0] == refChunks {
+		sl, prev, ok := chunkRefParts(old.ref)
+		if !ok || len(prev)+8+len(edit) > maxPatchBytes {
+			return nil
+		}
+		ref := make([]byte, 0, len(old.ref)+8+len(edit))
+		ref = append(ref, old.ref[:2+len(sl)+len(prev)]...)
+		ref = binary.BigEndian.AppendUint32(ref, uint32(off))
+		ref = binary.BigEndian.AppendUint32(ref, uint32(len(edit)))
+		return append(ref, edit...)
+	}
+	if len(old.ref) < 33 {
 		return nil
 	}
 	var prev []byte

@@ -276,7 +276,9 @@ func (f *View) pathInTx(tx kv.Txn, st state, ino InodeID) (string, error) {
 }
 
 // refBytes is the data a block reference wrote: inline bytes, a whole
-// block for a stored one, the edits of a patch, nothing for zeros.
+// block for a stored one, the edits of a patch (or of a chunk reference
+// carrying edits), the slices' bytes of a rechunked block, nothing for
+// zeros.
 func refBytes(v []byte, bs uint64) int64 {
 	switch {
 	case len(v) > 0 && v[0] == refInline:
@@ -285,6 +287,13 @@ func refBytes(v []byte, bs uint64) int64 {
 		return int64(bs)
 	case len(v) > 33 && v[0] == refPatch:
 		return patchBytes(v[33:])
+	case len(v) > 0 && v[0] == refChunks:
+		// With edits it was written as a patch; without, it is a stored
+		// block rechunked.
+		if _, edits, ok := chunkRefParts(v); ok && len(edits) > 0 {
+			return patchBytes(edits)
+		}
+		return chunkRefBytes(v)
 	}
 	return 0
 }

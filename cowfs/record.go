@@ -177,4 +177,9 @@ const (
 	// maxPatchBytes bounds the edits a patch reference carries; beyond it
 	// the block is stored whole.
 	maxPatchBytes = 1024
+	// refChunks: the block is slices of content-defined chunks (see
+	// chunk.go), concatenated, plus optional edits as in a patch:
+	// refChunks, count(1), then count times [hash(32) offset(4) length(4)],
+	// then (offset u32, length u32, bytes)...
+	refChunks = 5
 )

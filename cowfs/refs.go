@@ -21,20 +21,10 @@ import (
 // use.
 type refLog struct{ hashes [][]byte }
 
-// refContent returns the content hash a block reference uses, or nil.
-func refContent(ref []byte) []byte {
-	if len(ref) >= 33 && (ref[0] == refHash || ref[0] == refPatch) {
-		return ref[1:33]
-	}
-	return nil
-}
-
-// set writes block reference ref under key (a data key) and logs its
-// content hash.
+// set writes block reference ref under key (a data key) and logs every
+// content hash it uses (refHashes).
 func (r *refLog) set(tx kv.Txn, key, ref []byte) error {
-	if h := refContent(ref); h != nil {
-		r.hashes = append(r.hashes, append([]byte(nil), h...))
-	}
+	refHashes(ref, r.content)
 	return tx.Set(key, ref)
 }
 
@@ -45,9 +35,14 @@ func (r *refLog) content(h []byte) { r.hashes = append(r.hashes, append([]byte(n
 // updateRefs runs fn in a read-write transaction under the tracker, and
 // records for a running sweep the hashes the committed attempt logged.
 func (f *View) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
-	return f.opts.Tracker.commitWith(func(record func([][]byte)) error {
+	return updateRefsWith(ctx, f.store, f.opts.Tracker, fn)
+}
+
+// updateRefsWith is updateRefs for a store and tracker without a view.
+func updateRefsWith(ctx context.Context, store kv.Store, tracker *Tracker, fn func(tx kv.Txn, refs *refLog) error) error {
+	return tracker.commitWith(func(record func([][]byte)) error {
 		var refs refLog
-		err := f.store.Update(ctx, func(tx kv.Txn) error {
+		err := store.Update(ctx, func(tx kv.Txn) error {
 			refs.hashes = refs.hashes[:0] // a retried attempt starts over
 			return fn(tx, &refs)
 		})

@@ -1,0 +1,451 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/restic/chunker"
+	"github.com/zeebo/blake3"
+)
+
+// Content-defined chunking. Writes land as fixed-size blocks (cheap random
+// writes); Rechunk later runs a rolling-hash chunker (restic's Rabin
+// chunker) over each run of consecutive plain-hash blocks a layer holds
+// for an inode, stores the chunks as content (deduplicated by hash like
+// blocks) and swaps each block's reference for a chunk reference (tag
+// refChunks: the slices of the chunks that make up the block). Chunk
+// boundaries depend on the bytes around them, not on offsets, so data
+// shifted by an insertion cuts into the same chunks again and is stored
+// once. The block map stays as it is, so layering, Cut, copy-up, merge,
+// fold and prune keep working per block index.
+
+// Chunk sizes. A chunk ends where the rolling hash of the last 64 bytes has
+// its low chunkAvgBits bits zero, between chunkMin and chunkMax bytes. The
+// average (64 KiB, two blocks) keeps a block's reference to one or two
+// slices (three at most: a chunk is at least half a block), so a chunk
+// reference stays ~100 bytes; an insertion stores one new chunk (~64 KiB).
+// Smaller chunks would store less per insertion but more references and
+// more keys per MiB; larger ones make a small READ fetch more.
+const (
+	chunkMin     = 16 << 10
+	chunkMax     = 256 << 10
+	chunkAvgBits = 16
+	// chunkPol is the chunker's irreducible polynomial. It is part of the
+	// store format: a different one cuts different chunks, and shifted data
+	// would no longer meet the chunks stored before.
+	chunkPol = chunker.Pol(0x3DA3358B4DC173)
+	// sliceLen is the encoded size of one slice: hash, offset, length.
+	sliceLen = 32 + 4 + 4
+	// rechunkBatch is how many blocks one rechunk transaction swaps.
+	rechunkBatch = 64
+)
+
+// chunkSlice is bytes [off, off+n) of the chunk with hash h.
+type chunkSlice struct {
+	h      []byte
+	off, n uint32
+}
+
+// appendChunkRef appends the chunk reference of slices plus edits to dst.
+func appendChunkRef(dst []byte, slices []chunkSlice, edits []byte) []byte {
+	dst = append(dst, refChunks, byte(len(slices)))
+	for _, s := range slices {
+		dst = append(dst, s.h...)
+		dst = binary.BigEndian.AppendUint32(dst, s.off)
+		dst = binary.BigEndian.AppendUint32(dst, s.n)
+	}
+	return append(dst, edits...)
+}
+
+// chunkRefParts splits a chunk reference into its encoded slices and its
+// edits.
+func chunkRefParts(ref []byte) (slices, edits []byte, ok bool) {
+	if len(ref) < 2 || ref[0] != refChunks || ref[1] == 0 {
+		return nil, nil, false
+	}
+	end := 2 + int(ref[1])*sliceLen
+	if len(ref) < end {
+		return nil, nil, false
+	}
+	return ref[2:end], ref[end:], true
+}
+
+// refHashes calls fn with every content hash block reference ref uses:
+// one for a stored block or a patch, one per slice for a chunk reference.
+// Every sweep mark and every write log goes through it, so a reference
+// kind it missed would let the sweep delete live content.
+func refHashes(ref []byte, fn func(h []byte)) {
+	switch {
+	case len(ref) >= 33 && (ref[0] == refHash || ref[0] == refPatch):
+		fn(ref[1:33])
+	case len(ref) >= 2 && ref[0] == refChunks:
+		sl, _, ok := chunkRefParts(ref)
+		if !ok {
+			// Corrupt: still name whatever hashes it holds.
+			sl = ref[2:]
+		}
+		for ; len(sl) >= 32; sl = sl[min(sliceLen, len(sl)):] {
+			fn(sl[:32])
+		}
+	}
+}
+
+// chunkCache keeps the last few chunks one blockReader fetched, so a READ
+// spanning several blocks fetches each chunk once: the blocks of a
+// rechunked run use consecutive chunks, each by one to three consecutive
+// blocks.
+type chunkCache struct {
+	ents [4]struct {
+		h    [32]byte
+		data []byte
+		ok   bool
+	}
+	next    int
+	fetches int // store reads, for tests
+}
+
+// chunk returns the content of chunk h, valid until the next call.
+func (br *blockReader) chunk(h []byte) ([]byte, error) {
+	c := &br.chunks
+	for i := range c.ents {
+		if e := &c.ents[i]; e.ok && bytes.Equal(e.h[:], h) {
+			return e.data, nil
+		}
+	}
+	e := &c.ents[c.next]
+	c.next = (c.next + 1) % len(c.ents)
+	e.ok = false
+	c.fetches++
+	err := br.tx.GetFunc(contentKey(h), func(v []byte) error {
+		e.data = append(e.data[:0], v...)
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, kv.ErrNotFound) {
+			return nil, fmt.Errorf("cowfs: chunk %x of a block is missing: %w", h[:8], errCorrupt)
+		}
+		return nil, err
+	}
+	copy(e.h[:], h)
+	e.ok = true
+	return e.data, nil
+}
+
+// chunkContent fills dst (a whole block) with the bytes of chunk reference
+// ref, zero-extended, with its edits applied.
+func (br *blockReader) chunkContent(ref, dst []byte) error {
+	sl, edits, ok := chunkRefParts(ref)
+	if !ok {
+		return errCorrupt
+	}
+	n := 0
+	for ; len(sl) > 0; sl = sl[sliceLen:] {
+		off, l := binary.BigEndian.Uint32(sl[32:]), binary.BigEndian.Uint32(sl[36:])
+		data, err := br.chunk(sl[:32])
+		if err != nil {
+			return err
+		}
+		if uint64(off)+uint64(l) > uint64(len(data)) || n+int(l) > len(dst) {
+			return errCorrupt
+		}
+		n += copy(dst[n:], data[off:off+l])
+	}
+	clear(dst[n:])
+	return applyPatches(dst, edits)
+}
+
+// chunkRefBytes is the length of the block a chunk reference makes (before
+// edits, which never extend it).
+func chunkRefBytes(ref []byte) int64 {
+	sl, _, ok := chunkRefParts(ref)
+	if !ok {
+		return 0
+	}
+	var n int64
+	for ; len(sl) > 0; sl = sl[sliceLen:] {
+		n += int64(binary.BigEndian.Uint32(sl[36:]))
+	}
+	return n
+}
+
+// RechunkStats tells what Rechunk did.
+type RechunkStats struct {
+	// Blocks counts the block references swapped for chunk references.
+	Blocks int `json:"blocks"`
+	// Chunks counts the chunks stored (not already in the store).
+	Chunks int `json:"chunks"`
+	// Bytes counts the block bytes read to chunk them.
+	Bytes int64 `json:"bytes"`
+}
+
+// runBlock is one block of a run: its index, its reference (refHash) and,
+// once read, its place in the run's byte stream.
+type runBlock struct {
+	idx        uint64
+	ref        []byte
+	start, end int64
+	read       bool
+}
+
+// Rechunk replaces, in layer l, the references of runs of at least two
+// consecutive plain-hash blocks of an inode by chunk references naming
+// content-defined chunks of the run's bytes, and stops once it read about
+// budget bytes (it returns how many it read). A single block is left
+// alone: chunking it alone gives one chunk equal to the block.
+//
+// A swap changes references, never bytes: each transaction re-reads the
+// references it replaces and swaps only those still equal to the ones it
+// chunked, so a concurrent write, truncate, fold or layer deletion makes
+// it skip the block (or retry), and every reader sees the same bytes
+// throughout. l may be a branch's top layer for that reason. Chunks are
+// stored in the transaction that first references them, under tracker, so
+// a concurrent sweep keeps them. The plain blocks become garbage for the
+// sweep once nothing else names them. bs is the store's block size.
+func Rechunk(ctx context.Context, store kv.Store, tracker *Tracker, l LayerID, bs uint64, budget int64) (RechunkStats, error) {
+	var st RechunkStats
+	pfx := append(layerPrefix(l), kindData)
+	var start []byte
+	for st.Bytes < budget {
+		var runs [][]runBlock
+		var inos []InodeID
+		var next []byte
+		err := store.View(ctx, func(tx kv.Txn) error {
+			runs, inos, next = runs[:0], inos[:0], nil
+			var cur []runBlock
+			var curIno InodeID
+			blocks := 0
+			flush := func() {
+				if len(cur) >= 2 {
+					runs = append(runs, cur)
+					inos = append(inos, curIno)
+				}
+				cur = nil
+			}
+			err := tx.Iterate(pfx, start, false, func(k, v []byte) (bool, error) {
+				ino := InodeID(binary.BigEndian.Uint64(k[10:18]))
+				idx := binary.BigEndian.Uint64(k[18:])
+				plain := len(v) == 33 && v[0] == refHash
+				if len(cur) > 0 && (ino != curIno || idx != cur[len(cur)-1].idx+1 || !plain) {
+					flush()
+					// Stop between runs once the page is full.
+					if blocks >= 4096 {
+						next = append([]byte(nil), k...)
+						return false, nil
+					}
+				}
+				if plain {
+					curIno = ino
+					cur = append(cur, runBlock{idx: idx, ref: append([]byte(nil), v...)})
+					blocks++
+				}
+				return true, nil
+			})
+			flush()
+			return err
+		})
+		if err != nil {
+			return st, err
+		}
+		for i, run := range runs {
+			if st.Bytes >= budget {
+				return st, nil
+			}
+			if err := rechunkRun(ctx, store, tracker, l, inos[i], run, &st); err != nil {
+				return st, err
+			}
+		}
+		if next == nil {
+			return st, nil
+		}
+		start = next
+	}
+	return st, nil
+}
+
+// runReader reads the bytes of a run's blocks in order, fetching a few
+// blocks per transaction.
+type runReader struct {
+	ctx   context.Context
+	store kv.Store
+	run   []runBlock
+	i     int    // next block to fetch
+	buf   []byte // fetched, not yet read
+	pos   int64  // stream offset of buf[0]
+	err   error
+}
+
+func (r *runReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.i == len(r.run) {
+			return 0, io.EOF
+		}
+		n := min(len(r.run)-r.i, 16)
+		var bufs [][]byte
+		err := r.store.View(r.ctx, func(tx kv.Txn) error {
+			bufs = bufs[:0]
+			for _, b := range r.run[r.i : r.i+n] {
+				v, err := tx.Get(contentKey(b.ref[1:33]))
+				if err != nil {
+					return err
+				}
+				bufs = append(bufs, v)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		off := r.pos
+		for j, v := range bufs {
+			b := &r.run[r.i+j]
+			b.start, b.end, b.read = off, off+int64(len(v)), true
+			off += int64(len(v))
+			r.buf = append(r.buf, v...)
+		}
+		r.i += n
+	}
+	c := copy(p, r.buf)
+	r.buf = r.buf[c:]
+	r.pos += int64(c)
+	if len(r.buf) == 0 {
+		r.buf = nil
+	}
+	return c, nil
+}
+
+// pendingChunk is a chunk cut from a run, kept until every block using it
+// is swapped.
+type pendingChunk struct {
+	h          []byte
+	start, end int64
+	data       []byte
+}
+
+// rechunkRun chunks one run of layer l's blocks of ino and swaps their
+// references, rechunkBatch blocks per transaction.
+func rechunkRun(ctx context.Context, store kv.Store, tracker *Tracker, l LayerID, ino InodeID, run []runBlock, st *RechunkStats) error {
+	rd := &runReader{ctx: ctx, store: store, run: run}
+	ch := chunker.NewWithBoundaries(rd, chunkPol, chunkMin, chunkMax)
+	ch.SetAverageBits(chunkAvgBits)
+	buf := make([]byte, chunkMax)
+	var chunks []pendingChunk
+	done := 0 // blocks [0, done) are swapped (or skipped)
+	ready := 0
+	swap := func() error {
+		batch := run[done:ready]
+		if len(batch) == 0 {
+			return nil
+		}
+		refsOf := make([][]byte, len(batch))
+		var need []pendingChunk
+		for i, b := range batch {
+			var slices []chunkSlice
+			for _, c := range chunks {
+				if c.end <= b.start || c.start >= b.end {
+					continue
+				}
+				lo, hi := max(c.start, b.start), min(c.end, b.end)
+				slices = append(slices, chunkSlice{h: c.h, off: uint32(lo - c.start), n: uint32(hi - lo)})
+				if len(need) == 0 || !bytes.Equal(need[len(need)-1].h, c.h) {
+					need = append(need, c)
+				}
+			}
+			if len(slices) <= 255 { // else (huge blocks) the block stays as it is
+				refsOf[i] = appendChunkRef(nil, slices, nil)
+			}
+		}
+		stored := 0
+		swapped := 0
+		err := updateRefsWith(ctx, store, tracker, func(tx kv.Txn, refs *refLog) error {
+			stored, swapped = 0, 0
+			var keys, vals [][]byte
+			for i, b := range batch {
+				if refsOf[i] == nil {
+					continue
+				}
+				k := dataKey(l, ino, b.idx)
+				v, err := tx.Get(k)
+				if errors.Is(err, kv.ErrNotFound) {
+					continue // truncated or its layer deleted meanwhile
+				}
+				if err != nil {
+					return err
+				}
+				if !bytes.Equal(v, b.ref) {
+					continue // rewritten meanwhile
+				}
+				keys, vals = append(keys, k), append(vals, refsOf[i])
+			}
+			if len(keys) == 0 {
+				return nil
+			}
+			for _, c := range need {
+				ok, err := tx.Has(contentKey(c.h))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					if err := tx.Set(contentKey(c.h), c.data); err != nil {
+						return err
+					}
+					stored++
+				}
+			}
+			for i := range keys {
+				if err := refs.set(tx, keys[i], vals[i]); err != nil {
+					return err
+				}
+			}
+			swapped = len(keys)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		st.Chunks += stored
+		st.Blocks += swapped
+		done = ready
+		// Chunks wholly before the next block are no longer needed.
+		if done < len(run) && run[done].read {
+			keep := chunks[:0]
+			for _, c := range chunks {
+				if c.end > run[done].start {
+					keep = append(keep, c)
+				}
+			}
+			chunks = keep
+		}
+		return nil
+	}
+	for {
+		c, err := ch.Next(buf)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if errors.Is(err, kv.ErrNotFound) {
+				return nil // a block's content went meanwhile: leave the run
+			}
+			return err
+		}
+		sum := blake3.Sum256(c.Data)
+		chunks = append(chunks, pendingChunk{h: sum[:], start: int64(c.Start), end: int64(c.Start + c.Length),
+			data: append([]byte(nil), c.Data...)})
+		st.Bytes += int64(c.Length)
+		end := int64(c.Start + c.Length)
+		for ready < len(run) && run[ready].read && run[ready].end <= end {
+			ready++
+		}
+		if ready-done >= rechunkBatch {
+			if err := swap(); err != nil {
+				return err
+			}
+		}
+	}
+	return swap()
+}

@@ -1,0 +1,353 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// TestChunkPolIrreducible: the chunker refuses a reducible polynomial.
+func TestChunkPolIrreducible(t *testing.T) {
+	if !chunkPol.Irreducible() {
+		t.Fatal("chunkPol is reducible")
+	}
+}
+
+// TestRefHashesEveryKind: refHashes (behind the sweep's mark phase and
+// every write's log) names each content hash of every reference kind. A
+// new tag without a case here fails the test.
+func TestRefHashesEveryKind(t *testing.T) {
+	h := func(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+	cases := map[byte]struct {
+		ref  []byte
+		want [][]byte
+	}{
+		refHash:   {append([]byte{refHash}, h(1)...), [][]byte{h(1)}},
+		refInline: {[]byte{refInline, 'x', 'y'}, nil},
+		refZero:   {[]byte{refZero}, nil},
+		refPatch:  {append(append([]byte{refPatch}, h(2)...), 0, 0, 0, 1, 0, 0, 0, 1, 'z'), [][]byte{h(2)}},
+		refChunks: {appendChunkRef(nil, []chunkSlice{{h(3), 5, 100}, {h(4), 0, 200}, {h(5), 0, 7}}, []byte{0, 0, 0, 1, 0, 0, 0, 1, 'z'}),
+			[][]byte{h(3), h(4), h(5)}},
+	}
+	for tag := byte(1); tag <= refChunks; tag++ {
+		c, ok := cases[tag]
+		if !ok {
+			t.Fatalf("reference tag %d has no case: add it here and to refHashes", tag)
+		}
+		var got [][]byte
+		refHashes(c.ref, func(x []byte) { got = append(got, bytes.Clone(x)) })
+		if len(got) != len(c.want) {
+			t.Fatalf("tag %d: refHashes names %d hashes, want %d", tag, len(got), len(c.want))
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], c.want[i]) {
+				t.Fatalf("tag %d: hash %d = %x, want %x", tag, i, got[i][:4], c.want[i][:4])
+			}
+		}
+	}
+}
+
+func sum(p []byte) [32]byte { return sha256.Sum256(p) }
+
+// layerRefs returns the references layer l holds for ino, by block index.
+func layerRefs(t *testing.T, st kv.Store, l LayerID, ino InodeID) map[uint64][]byte {
+	t.Helper()
+	out := map[uint64][]byte{}
+	err := st.View(context.Background(), func(tx kv.Txn) error {
+		return tx.Iterate(dataPrefix(l, ino), nil, false, func(k, v []byte) (bool, error) {
+			out[binary.BigEndian.Uint64(k[len(k)-8:])] = bytes.Clone(v)
+			return true, nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestRechunkReadsSame: after rechunking, every file reads the same bytes
+// through every reference kind (chunk slices, chunk slices with edits,
+// patches, inline, zeros, holes), across layers, a Cut and truncations,
+// in reads of every alignment, before and after a fold and a sweep; and a
+// copy shifted by a few bytes shares most chunks with the original.
+func TestRechunkReadsSame(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	tr := NewTracker()
+	opts := Options{BlockSize: bs, InlineMax: 64, Tracker: tr}
+	f, st, al := newTestFS(t, opts)
+	r := rand.New(rand.NewPCG(11, 12))
+	models := map[InodeID][]byte{}
+	names := map[string]InodeID{}
+	mk := func(name string, p []byte) InodeID {
+		a, err := f.Create(RootIno, name, CreateGuarded, NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(a.Ino, p, 0); err != nil {
+			t.Fatal(err)
+		}
+		models[a.Ino] = bytes.Clone(p)
+		names[name] = a.Ino
+		return a.Ino
+	}
+	write := func(ino InodeID, off int, p []byte) {
+		t.Helper()
+		if _, err := f.WriteAt(ino, p, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		m := models[ino]
+		if off+len(p) > len(m) {
+			m = append(m, make([]byte, off+len(p)-len(m))...)
+		}
+		copy(m[off:], p)
+		models[ino] = m
+	}
+	truncate := func(ino InodeID, size int) {
+		t.Helper()
+		s := uint64(size)
+		if _, err := f.SetAttr(ino, SetAttr{Size: &s}); err != nil {
+			t.Fatal(err)
+		}
+		m := models[ino]
+		if size <= len(m) {
+			models[ino] = m[:size]
+		} else {
+			models[ino] = append(m, make([]byte, size-len(m))...)
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		for name, ino := range names {
+			want := models[ino]
+			for _, step := range []int{len(want) + 10, 1 << 20, 3*bs + 17, 1000} {
+				got := make([]byte, 0, len(want))
+				buf := make([]byte, step)
+				for off := 0; ; {
+					n, eof, err := f.ReadAt(ino, buf, int64(off))
+					if err != nil {
+						t.Fatalf("%s: %s: read at %d: %v", when, name, off, err)
+					}
+					got = append(got, buf[:n]...)
+					off += n
+					if eof || n == 0 {
+						break
+					}
+				}
+				if sum(got) != sum(want) {
+					t.Fatalf("%s: %s read in steps of %d: %d bytes, hash differs from the %d written", when, name, step, len(got), len(want))
+				}
+			}
+		}
+	}
+	orig := randBytes(r, 1<<20+1000)
+	a := mk("a", orig)
+	b := mk("b", append([]byte("PREPEND010"), orig...))
+	mk("small", randBytes(r, bs-100))
+	holes := mk("holes", randBytes(r, 40*bs))
+	write(holes, 10*bs, make([]byte, 3*bs)) // zeros in the middle
+	write(holes, 20*bs+5, []byte("edit"))   // a patch splits the run
+	truncate(holes, 30*bs+7)
+	write(holes, 35*bs, randBytes(r, 100)) // grown again: a hole, then a block
+	y := f.Top()
+	x, err := NewLayerOver(ctx, st, al, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTop(x); err != nil {
+		t.Fatal(err)
+	}
+	write(a, 5*bs+3, []byte("patch-of-a-hash-block")) // patch over y's plain block
+	truncate(b, 100*bs+9)                             // x's Cut hides y's blocks past it
+	write(b, 120*bs, randBytes(r, 2*bs))
+	check("before rechunking")
+
+	rs, err := Rechunk(ctx, st, tr, y, bs, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Blocks == 0 || rs.Chunks == 0 {
+		t.Fatalf("rechunk of y swapped nothing: %+v", rs)
+	}
+	ra, rb := layerRefs(t, st, y, a), layerRefs(t, st, y, b)
+	ha, hb := map[string]bool{}, map[string]bool{}
+	for _, v := range ra {
+		if v[0] != refChunks {
+			t.Fatalf("a's block in y has tag %d after rechunking, want %d", v[0], refChunks)
+		}
+		refHashes(v, func(h []byte) { ha[string(h)] = true })
+	}
+	for _, v := range rb {
+		refHashes(v, func(h []byte) { hb[string(h)] = true })
+	}
+	shared := 0
+	for h := range hb {
+		if ha[h] {
+			shared++
+		}
+	}
+	if shared < len(hb)-2 {
+		t.Fatalf("the copy shifted by 10 bytes shares %d of its %d chunks with the original, want all but the first and last", shared, len(hb))
+	}
+	check("after rechunking y")
+	// Small edits of chunk-referenced blocks stay patches.
+	write(a, 9*bs+100, []byte("0123456789"))
+	write(a, 9*bs+2000, []byte("abcdefghij"))
+	if v := layerRefs(t, st, x, a)[9]; len(v) == 0 || v[0] != refChunks || len(v) > 200 {
+		t.Fatalf("a 10-byte edit of a chunk-referenced block stored %d bytes with tag %v, want a chunk reference with edits", len(v), v[:min(1, len(v))])
+	}
+	check("after edits of chunk-referenced blocks")
+	// Rechunking the top layer: its run of written blocks of b.
+	if _, err := Rechunk(ctx, st, tr, x, bs, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	check("after rechunking x")
+	truncate(a, 7*bs+5) // inside a chunk-referenced block
+	write(a, 8*bs, []byte("grown"))
+	check("after truncating a")
+	if err := FoldDown(ctx, f, x, y); err != nil {
+		t.Fatal(err)
+	}
+	folded, err := New(st, al, y, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = folded
+	check("after folding x into y")
+	sweepAround(t, tr, st, func() {})
+	check("after a sweep")
+}
+
+// TestSweepKeepsChunks: after rechunking, a sweep deletes the plain blocks
+// nothing names any more and keeps every chunk a chunk reference names.
+func TestSweepKeepsChunks(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	tr := NewTracker()
+	f, st, _ := newTestFS(t, Options{BlockSize: bs, InlineMax: 64, Tracker: tr})
+	r := rand.New(rand.NewPCG(13, 14))
+	want := randBytes(r, 512<<10)
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(a.Ino, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	plain := map[string]bool{}
+	for _, v := range layerRefs(t, st, f.Top(), a.Ino) {
+		refHashes(v, func(h []byte) { plain[string(h)] = true })
+	}
+	if _, err := Rechunk(ctx, st, tr, f.Top(), bs, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, v := range layerRefs(t, st, f.Top(), a.Ino) {
+		refHashes(v, func(h []byte) { named[string(h)] = true })
+	}
+	sweepAround(t, tr, st, func() {})
+	stored := map[string]bool{}
+	err = st.View(ctx, func(tx kv.Txn) error {
+		return ContentHashes(tx, func(h []byte) bool { stored[string(h)] = true; return true })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := range named {
+		if !stored[h] {
+			t.Fatalf("the sweep deleted chunk %x a chunk reference names", h[:8])
+		}
+	}
+	for h := range plain {
+		if stored[h] && !named[h] {
+			t.Fatalf("the sweep kept plain block %x nothing names", h[:8])
+		}
+	}
+	if got := readAll(t, f, a.Ino, len(want)); !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes after the sweep, want %d (equal=%v)", len(got), len(want), bytes.Equal(got, want))
+	}
+}
+
+// TestRechunkRaceSweep: chunks a rechunk stores while a sweep runs survive
+// the sweep (they are referenced from the transaction that stores them).
+func TestRechunkRaceSweep(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	tr := NewTracker()
+	f, st, _ := newTestFS(t, Options{BlockSize: bs, InlineMax: 64, Tracker: tr})
+	r := rand.New(rand.NewPCG(15, 16))
+	leaveGarbage(t, f, "garbage", randBytes(r, bs), randBytes(r, 1000))
+	want := randBytes(r, 256<<10)
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(a.Ino, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	sweepAround(t, tr, st, func() {
+		if rs, err := Rechunk(ctx, st, tr, f.Top(), bs, 1<<40); err != nil || rs.Blocks == 0 {
+			t.Fatalf("rechunk: %+v, %v", rs, err)
+		}
+	})
+	if got := readAll(t, f, a.Ino, len(want)); !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes after the sweep, want %d (equal=%v)", len(got), len(want), bytes.Equal(got, want))
+	}
+}
+
+// TestChunkReadFetchesOnce: reading a range of chunk-referenced blocks
+// with one blockReader (as one READ does) fetches each chunk once.
+func TestChunkReadFetchesOnce(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	f, st, _ := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
+	r := rand.New(rand.NewPCG(17, 18))
+	want := randBytes(r, 2<<20)
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(a.Ino, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Rechunk(ctx, st, nil, f.Top(), bs, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	first, last := uint64(10), uint64(10+(1<<20)/bs-1) // a 1 MiB READ
+	err = f.view(func(tx kv.Txn, s state) error {
+		br, err := f.newBlockReader(tx, s, a.Ino)
+		if err != nil {
+			return err
+		}
+		blocks, err := br.blockRange(first, last)
+		if err != nil {
+			return err
+		}
+		distinct := map[string]bool{}
+		buf := make([]byte, bs)
+		for i, rb := range blocks {
+			refHashes(rb.ref, func(h []byte) { distinct[string(h)] = true })
+			if err := br.content(rb, buf); err != nil {
+				return err
+			}
+			if off := (first + uint64(i)) * bs; !bytes.Equal(buf, want[off:off+bs]) {
+				t.Fatalf("block %d reads other bytes", first+uint64(i))
+			}
+		}
+		if len(distinct) < 4 {
+			t.Fatalf("1 MiB spans %d chunks: the test needs several", len(distinct))
+		}
+		if br.chunks.fetches != len(distinct) {
+			t.Fatalf("a 1 MiB read fetched chunks %d times, want %d (once per chunk)", br.chunks.fetches, len(distinct))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
