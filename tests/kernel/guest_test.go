@@ -148,7 +148,7 @@ type hostAction func(args []string) error
 // the guest (no leading slash).
 type guestFile struct{ Path, Src string }
 
-func bootGuest(t *testing.T, img *guestImage, helper, script string, env map[string]string, actions map[string]hostAction, timeout time.Duration, files ...guestFile) *bootResult {
+func bootGuest(t testing.TB, img *guestImage, helper, script string, env map[string]string, actions map[string]hostAction, timeout time.Duration, files ...guestFile) *bootResult {
 	t.Helper()
 	dir := t.TempDir()
 	res := &bootResult{steps: map[string]*stepResult{}, console: filepath.Join(dir, "console.log")}

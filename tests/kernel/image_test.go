@@ -43,7 +43,7 @@ func cacheRoot() (string, error) {
 // prepareImage returns the cached guest image, building it from Debian's
 // packages (apt-get download, dpkg-deb -x: nothing is installed) when the
 // cache lacks the kernel that linux-image-amd64 currently points at.
-func prepareImage(t *testing.T) (*guestImage, error) {
+func prepareImage(t testing.TB) (*guestImage, error) {
 	t.Helper()
 	root, err := cacheRoot()
 	if err != nil {

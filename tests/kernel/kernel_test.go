@@ -21,7 +21,7 @@ var knownFailures = map[string]string{}
 
 // prerequisite skips the test with the reason, or fails it under CI=true,
 // where a missing prerequisite must not pass silently.
-func prerequisite(t *testing.T, format string, args ...any) {
+func prerequisite(t testing.TB, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
 	if os.Getenv("CI") == "true" {
@@ -38,19 +38,9 @@ var (
 
 // setup checks the prerequisites and returns the guest image, the mount
 // helper and a started server with a fresh store.
-func setup(t *testing.T) (*guestImage, string, *nfsServer) {
+func setup(t testing.TB) (*guestImage, string, *nfsServer) {
 	t.Helper()
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		prerequisite(t, "qemu-system-x86_64 not found (Debian: apt-get install -y --no-install-recommends qemu-system-x86)")
-	}
-	imageOnce.Do(func() {
-		start := time.Now()
-		image, imageErr = prepareImage(t)
-		t.Logf("guest image ready in %v", time.Since(start).Round(time.Millisecond))
-	})
-	if imageErr != nil {
-		prerequisite(t, "cannot build the guest image from Debian packages: %v", imageErr)
-	}
+	img, _ := guestPrerequisites(t)
 	bin, helper, err := buildBinaries()
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +60,29 @@ func setup(t *testing.T) (*guestImage, string, *nfsServer) {
 			t.Logf("server log:\n%s", srv.logTail(60))
 		}
 	})
-	return image, helper, srv
+	return img, helper, srv
+}
+
+// guestPrerequisites checks the prerequisites and returns the guest image
+// and the guest's mount helper.
+func guestPrerequisites(t testing.TB) (*guestImage, string) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		prerequisite(t, "qemu-system-x86_64 not found (Debian: apt-get install -y --no-install-recommends qemu-system-x86)")
+	}
+	imageOnce.Do(func() {
+		start := time.Now()
+		image, imageErr = prepareImage(t)
+		t.Logf("guest image ready in %v", time.Since(start).Round(time.Millisecond))
+	})
+	if imageErr != nil {
+		prerequisite(t, "cannot build the guest image from Debian packages: %v", imageErr)
+	}
+	_, helper, err := buildBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return image, helper
 }
 
 // runScenario boots the guest with testdata/NAME.sh and reports each of its

@@ -22,7 +22,7 @@ import (
 // BRANCHNFS_KERNEL_SERVER (a command with {dir} and {port} placeholders,
 // exporting BRANCHNFS_KERNEL_EXPORT, "/" by default).
 type nfsServer struct {
-	t       *testing.T
+	t       testing.TB
 	bin     string   // branchnfs binary; empty for a custom server
 	custom  []string // custom server command template
 	export  string   // custom server's export path
@@ -77,7 +77,7 @@ func freePort() (int, error) {
 }
 
 // newServer creates (but does not start) a server with a fresh store.
-func newServer(t *testing.T, branchnfsBin string) (*nfsServer, error) {
+func newServer(t testing.TB, branchnfsBin string) (*nfsServer, error) {
 	t.Helper()
 	port, err := freePort()
 	if err != nil {

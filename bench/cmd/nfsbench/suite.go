@@ -39,6 +39,8 @@ type suiteConfig struct {
 	SoakRounds  int    `json:"soak_rounds,omitempty"`
 	SoakEvery   int    `json:"soak_every,omitempty"`
 	LatencyMiB  int    `json:"latency_mib,omitempty"`
+	KernelTree  string `json:"kernel_tree,omitempty"` // under $(go env GOROOT)/src
+	KernelRuns  int    `json:"kernel_runs,omitempty"`
 }
 
 // Results is the JSON written to bench/results.
@@ -64,6 +66,7 @@ type Results struct {
 	Memory             []memRow                            `json:"memory,omitempty"`
 	Soak               []soakRow                           `json:"soak,omitempty"`
 	Latency            []latencyRow                        `json:"latency,omitempty"`
+	Kernel             *kernelResult                       `json:"kernel,omitempty"`
 	Errors             []string                            `json:"errors,omitempty"`
 	Notes              []string                            `json:"notes,omitempty"`
 }
@@ -139,13 +142,15 @@ func runSuite(args []string) error {
 	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
 	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
 	commit := fs.String("commit", "unknown", "commit id for the result name")
-	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,soak,latency (default all but soak and latency; --quick leaves out gotest)")
+	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,kernel,soak,latency (default all but soak and latency; --quick leaves out gotest)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	bases := fs.String("bases", "", "comma-separated base sizes (files) for branch operations (default 100,10000,100000; quick 100,1000)")
 	soakRounds := fs.Int("soak", 0, "soak section: rounds of fork, write 4 KiB over NFS, commit every 4th else abort (alone, it runs only this section)")
 	soakEvery := fs.Int("soak-every", 1000, "soak section: report every this many rounds")
 	latency := fs.Bool("latency", false, "latency section: RPC latencies while heavy work runs (alone, it runs only this section)")
 	latencyMiB := fs.Int("latency-mib", 1024, "latency section: size of the large branch merged and reclaimed (quick: 64)")
+	kernelTree := fs.String("kernel-tree", "crypto", "kernel section: the tree under $(go env GOROOT)/src that the guest untars, reads, lists and removes (quick: net)")
+	kernelRuns := fs.Int("kernel-runs", 3, "kernel section: runs per server (quick: 1)")
 	fs.Parse(args)
 	if *soakRounds > 0 && *sections == "" {
 		*sections = "soak"
@@ -156,9 +161,16 @@ func runSuite(args []string) error {
 
 	cfg := suiteConfig{Quick: *quick, Runs: *runs, SeqMiB: 256, ReqSize: 1 << 20, Conns: 4, Depth: 2,
 		MetaFiles: 10000, MetaWorkers: 4, Bases: []int{100, 10000, 100000}, OpRuns: 50, BigRuns: 5,
-		MaxCommit: 100e6, Sections: *sections, SoakRounds: *soakRounds, SoakEvery: max(1, *soakEvery), LatencyMiB: *latencyMiB}
+		MaxCommit: 100e6, Sections: *sections, SoakRounds: *soakRounds, SoakEvery: max(1, *soakEvery), LatencyMiB: *latencyMiB,
+		KernelTree: *kernelTree, KernelRuns: max(1, *kernelRuns)}
 	if *quick && !flagSet(fs, "latency-mib") {
 		cfg.LatencyMiB = 64
+	}
+	if *quick && !flagSet(fs, "kernel-tree") {
+		cfg.KernelTree = "net"
+	}
+	if *quick && !flagSet(fs, "kernel-runs") {
+		cfg.KernelRuns = 1
 	}
 	if *quick {
 		cfg.SeqMiB, cfg.MetaFiles, cfg.Bases, cfg.OpRuns, cfg.BigRuns, cfg.MaxCommit = 16, 500, []int{100, 1000}, 20, 0, 1e6
@@ -185,9 +197,9 @@ func runSuite(args []string) error {
 	s := &suite{cfg: cfg, tmp: tmp, bnfs: *bnfs, baseline: *baseline, osnfs: *osnfs, log: os.Stderr, sections: map[string]bool{},
 		res: &Results{Date: start.UTC().Format(time.RFC3339), Commit: *commit, Host: host, GoVer: runtime.Version(), CPUs: runtime.NumCPU(), Config: cfg}}
 	if *sections == "" {
-		*sections = "branchops,storage,gotest,seq,meta"
+		*sections = "branchops,storage,gotest,seq,meta,kernel"
 		if *quick {
-			*sections = "branchops,storage,seq,meta"
+			*sections = "branchops,storage,seq,meta,kernel"
 		}
 		s.cfg.Sections, s.res.Config.Sections = *sections, *sections
 	}
@@ -218,6 +230,9 @@ func runSuite(args []string) error {
 	}
 	if s.sections["seq"] || s.sections["meta"] {
 		s.nfsWorkloads()
+	}
+	if s.sections["kernel"] {
+		s.kernel()
 	}
 	if s.sections["soak"] {
 		if s.bnfs == "" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -74,5 +75,37 @@ func TestStatCPU(t *testing.T) {
 	}
 	if got := statCPU([]byte("garbage")); got != 0 {
 		t.Errorf("statCPU(garbage) = %v, want 0", got)
+	}
+}
+
+func TestKernelRows(t *testing.T) {
+	samples := []kernelSample{
+		{Server: "branchnfs", Run: 1, Step: "untar", Seconds: 4},
+		{Server: "ganesha", Run: 1, Step: "untar", Seconds: 6},
+		{Server: "branchnfs", Run: 2, Step: "untar", Seconds: 2},
+		{Server: "ganesha", Run: 2, Step: "untar", Seconds: 5, Error: "boom"},
+		{Server: "branchnfs", Run: 1, Step: "rm", Seconds: 3},
+		{Server: "ganesha", Run: 1, Step: "rm", Seconds: 1},
+	}
+	rows := kernelRows(samples)
+	if len(rows) != 2*len(kernelSteps) {
+		t.Fatalf("%d rows, want %d", len(rows), 2*len(kernelSteps))
+	}
+	if r := rows[0]; r.Server != "branchnfs" || r.Step != "untar" || r.Seconds.N != 2 || r.Seconds.Median != 3 {
+		t.Errorf("first row %+v, want branchnfs untar median 3 of 2", r)
+	}
+	if r := rows[1]; r.Server != "ganesha" || r.Seconds.N != 1 || r.Seconds.Median != 6 {
+		t.Errorf("second row %+v, want ganesha untar: the failed run left out", r)
+	}
+	res := &Results{Kernel: &kernelResult{Rows: rows}}
+	res.Config.KernelRuns = 2
+	var b strings.Builder
+	var missed []string
+	renderKernel(res, func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, &missed)
+	if !strings.Contains(b.String(), "| untar | tar xf of the tree into the mount, then sync | 3.00 (2.00–4.00) | 6.00 (6.00–6.00) | 2.00× |") {
+		t.Errorf("table:\n%s", b.String())
+	}
+	if len(missed) != 1 || !strings.Contains(missed[0], "kernel client rm") {
+		t.Errorf("missed = %q, want only rm (3 s vs 1 s)", missed)
 	}
 }
