@@ -5,7 +5,7 @@
 // Fork gives the child a new empty top layer over the parent's frozen top
 // (and the parent a new top too) in one small transaction. Commit into an
 // unchanged parent swaps the parent's top pointer to the child's stack in
-// one small transaction; otherwise cowfs.Merge writes a merged layer that
+// one small transaction; otherwise cowfs.Store.Merge writes a merged layer that
 // one small transaction publishes. Either way the commit is atomic across a
 // crash, and invalidates the parent's other live children (first commit
 // wins). Abort flips records in one transaction; the reclaimer deletes

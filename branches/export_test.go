@@ -9,7 +9,7 @@ import (
 )
 
 // Store returns the underlying store (for tests).
-func (m *Manager) Store() kv.Store { return m.store }
+func (m *Manager) Store() kv.Store { return m.cow.KV() }
 
 // Views counts the branches the Manager holds in memory: all, and those
 // committed or aborted that still hold a view.
@@ -50,5 +50,5 @@ func (m *Manager) PutLease(ctx context.Context, name string, expires time.Time) 
 	if err != nil {
 		return err
 	}
-	return m.store.Update(ctx, func(tx kv.Txn) error { return tx.Set(metaKey(b.rec.ID), v) })
+	return m.cow.KV().Update(ctx, func(tx kv.Txn) error { return tx.Set(metaKey(b.rec.ID), v) })
 }

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/branchnfs/branchnfs/cowfs"
-	"github.com/branchnfs/branchnfs/kv"
 )
 
 // Folding keeps stacks shallow. Every fork of a written parent and every
@@ -38,27 +37,23 @@ func (m *Manager) Fold(ctx context.Context) (int, error) {
 func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 	m.opMu.Lock()
 	x, y, ok, err := m.foldCandidate(ctx)
-	var any *cowfs.View
-	if b, live := m.byName[MainBranch]; live {
-		any = b.fs
-	}
 	m.opMu.Unlock()
-	if err != nil || !ok || any == nil {
+	if err != nil || !ok {
 		return false, err
 	}
 	// Copy without holding opMu, so forks and commits go on meanwhile.
 	// Nothing can give y another referrer: y sits below x, at depth two or
 	// more in every stack that holds it, and forks, restores and merges
 	// only stack new layers over tops, checkpoints and fork bases.
-	if err := cowfs.FoldDown(ctx, any, x, y); err != nil {
+	if err := m.cow.FoldDown(ctx, x, y); err != nil {
 		return false, err
 	}
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	var below cowfs.LayerID
-	err = m.store.View(ctx, func(tx kv.Txn) error {
+	err = m.cow.Read(ctx, func(tx *cowfs.Txn) error {
 		var err error
-		below, err = cowfs.Below(tx, x)
+		below, err = tx.Below(x)
 		return err
 	})
 	if err != nil || below != y {
@@ -96,25 +91,14 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 		}
 	}
 	m.mu.RUnlock()
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
-		var above []cowfs.LayerID
-		err := cowfs.EachLayer(tx, false, func(l, below cowfs.LayerID) (bool, error) {
-			if below == x {
-				above = append(above, l)
-			}
-			return true, nil
-		})
-		if err != nil {
+	err = m.cow.Update(ctx, func(t *cowfs.Txn) error {
+		if err := t.Repoint(x, y); err != nil {
 			return err
 		}
-		for _, l := range above {
-			if err := cowfs.PutLayer(tx, l, y); err != nil {
-				return err
-			}
-		}
+		tx := t.KV()
 		type cpw struct{ k, v []byte }
 		var cps []cpw
-		err = tx.Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
+		err := tx.Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
 			var cp checkpointRec
 			if err := json.Unmarshal(v, &cp); err != nil {
 				return false, err
@@ -190,15 +174,15 @@ func (m *Manager) layerRefs(ctx context.Context, minDepth int) (refs map[cowfs.L
 	if minDepth > 0 && len(stacks) == 0 {
 		return nil, nil, nil, nil
 	}
-	err = m.store.View(ctx, func(tx kv.Txn) error {
-		err := cowfs.EachLayer(tx, false, func(_, below cowfs.LayerID) (bool, error) {
-			refs[below]++
-			return true, nil
-		})
+	err = m.cow.Read(ctx, func(t *cowfs.Txn) error {
+		over, err := t.Referrers()
 		if err != nil {
 			return err
 		}
-		return tx.Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
+		for l, n := range over {
+			refs[l] += n
+		}
+		return t.KV().Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
 			var cp checkpointRec
 			if err := json.Unmarshal(v, &cp); err != nil {
 				return false, err

@@ -73,7 +73,7 @@ func (m *Manager) gcLocked(ctx context.Context) (GCStats, error) {
 			return st, fmt.Errorf("branches: gc: %w", err)
 		}
 	}
-	ks, err := m.store.ReclaimSpace(ctx)
+	ks, err := m.cow.KV().ReclaimSpace(ctx)
 	st.DiskBefore, st.DiskAfter, st.Rewrites = ks.DiskBefore, ks.DiskAfter, ks.Rewrites
 	if err != nil {
 		return st, fmt.Errorf("branches: gc: %w", mapErr(err))
@@ -121,7 +121,7 @@ func (m *Manager) pruneShadowed(ctx context.Context) (int, error) {
 	}
 	pruned := 0
 	for _, p := range pairs {
-		n, err := cowfs.PruneShadowed(ctx, m.store, p[0], p[1], uint64(m.opts.FS.BlockSize))
+		n, err := m.cow.PruneShadowed(ctx, p[0], p[1])
 		pruned += n
 		if err != nil {
 			return pruned, err

@@ -39,11 +39,11 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	if newParentTop != 0 {
 		ptop = newParentTop
 	}
-	ctop, err := m.alloc.NewLayerID(ctx)
+	ctop, err := m.cow.NewLayerID(ctx)
 	if err != nil {
 		return Info{}, err
 	}
-	id, err := m.alloc.Next(ctx, "branch")
+	id, err := m.cow.Next(ctx, "branch")
 	if err != nil {
 		return Info{}, err
 	}
@@ -51,19 +51,19 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	prec.Top = ptop
 	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
 		Base: base, ParentTop: ptop, ForkTime: time.Now().UTC()}
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
+	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
 		if newParentTop != 0 {
-			if err := cowfs.PutLayer(tx, newParentTop, top); err != nil {
+			if err := tx.PutLayer(newParentTop, top); err != nil {
 				return err
 			}
-			if err := putRecord(tx, prec); err != nil {
+			if err := putRecord(tx.KV(), prec); err != nil {
 				return err
 			}
 		}
-		if err := cowfs.PutLayer(tx, ctop, base); err != nil {
+		if err := tx.PutLayer(ctop, base); err != nil {
 			return err
 		}
-		return putRecord(tx, crec)
+		return putRecord(tx.KV(), crec)
 	})
 	if err != nil {
 		return Info{}, fmt.Errorf("branches: fork %s from %s: %w", name, parent, mapErr(err))
@@ -74,7 +74,7 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	} else {
 		cstack = append([]cowfs.LayerID{ctop}, stack[1:]...)
 	}
-	c := &branch{rec: crec, fs: cowfs.NewFreshWithStack(m.store, m.alloc, cstack, m.opts.FS)}
+	c := &branch{rec: crec, fs: m.cow.FreshView(cstack)}
 	m.mu.Lock()
 	p.rec = prec
 	m.byID[c.rec.ID], m.byName[name] = c, c
@@ -88,14 +88,14 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 // the layer below the top is already frozen and is the one to use: frozen
 // is stack[1] and newTop is 0. Otherwise the top itself freezes (frozen is
 // stack[0]) and newTop is a fresh layer id to become v's top: the caller
-// writes it over stack[0] (cowfs.PutLayer) in its transaction, then
+// writes it over stack[0] (cowfs.Txn.PutLayer) in its transaction, then
 // installs newTop above stack with SetFreshStackLocked.
 func (m *Manager) freezeTop(ctx context.Context, v *cowfs.View) (stack []cowfs.LayerID, frozen, newTop cowfs.LayerID, err error) {
 	stack = v.StackLocked()
 	if !v.TopDirty() && len(stack) > 1 {
 		return stack, stack[1], 0, nil
 	}
-	newTop, err = m.alloc.NewLayerID(ctx)
+	newTop, err = m.cow.NewLayerID(ctx)
 	return stack, stack[0], newTop, err
 }
 
@@ -129,26 +129,26 @@ func (m *Manager) ForkCheckpoint(ctx context.Context, parent, label, name string
 	if err != nil {
 		return Info{}, err
 	}
-	ctop, err := m.alloc.NewLayerID(ctx)
+	ctop, err := m.cow.NewLayerID(ctx)
 	if err != nil {
 		return Info{}, err
 	}
-	id, err := m.alloc.Next(ctx, "branch")
+	id, err := m.cow.Next(ctx, "branch")
 	if err != nil {
 		return Info{}, err
 	}
 	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
 		Base: cp.Layer, ForkTime: time.Now().UTC(), ForkedFrom: label}
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
-		if err := cowfs.PutLayer(tx, ctop, cp.Layer); err != nil {
+	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+		if err := tx.PutLayer(ctop, cp.Layer); err != nil {
 			return err
 		}
-		return putRecord(tx, crec)
+		return putRecord(tx.KV(), crec)
 	})
 	if err != nil {
 		return Info{}, mapErr(err)
 	}
-	fs, err := cowfs.New(m.store, m.alloc, ctop, m.opts.FS)
+	fs, err := m.cow.OpenView(ctx, ctop)
 	if err != nil {
 		return Info{}, err
 	}
@@ -167,16 +167,6 @@ func (m *Manager) nameFree(name string) error {
 		return fmt.Errorf("%w: branch %q (%s)", ErrExists, name, b.rec.State)
 	}
 	return nil
-}
-
-func (m *Manager) layerEmpty(ctx context.Context, l cowfs.LayerID) (bool, error) {
-	var empty bool
-	err := m.store.View(ctx, func(tx kv.Txn) error {
-		var err error
-		empty, err = cowfs.LayerEmpty(tx, l)
-		return err
-	})
-	return empty, err
 }
 
 // liveChildrenLocked lists the live children of b (m.mu held).
@@ -245,7 +235,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	empty := !pfs.TopDirty()
 	if !empty && pstack[0] == c.rec.ParentTop {
 		// Written since, or unknown after a restart: look.
-		if empty, err = m.layerEmpty(ctx, pstack[0]); err != nil {
+		if empty, err = m.cow.LayerEmpty(ctx, pstack[0]); err != nil {
 			return res, err
 		}
 	}
@@ -286,7 +276,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		srecs = append(srecs, r)
 	}
 	var purge []cowfs.InodeID
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
+	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
 		if res.FastPath {
 			// Silly-renamed files never reach the parent; the merge
 			// path drops them itself.
@@ -295,14 +285,14 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 				return err
 			}
 		}
-		if err := putRecord(tx, prec); err != nil {
+		if err := putRecord(tx.KV(), prec); err != nil {
 			return err
 		}
-		if err := putRecord(tx, crec); err != nil {
+		if err := putRecord(tx.KV(), crec); err != nil {
 			return err
 		}
 		for _, r := range srecs {
-			if err := putRecord(tx, r); err != nil {
+			if err := putRecord(tx.KV(), r); err != nil {
 				return err
 			}
 		}
@@ -328,7 +318,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	}
 	m.mu.Unlock()
 	sort.Strings(res.Invalidated)
-	if err := cowfs.PurgeData(ctx, m.store, cstack[0], purge); err != nil {
+	if err := m.cow.PurgeData(ctx, cstack[0], purge); err != nil {
 		// Committed; the blocks of the dropped files stay until their
 		// layer is reclaimed.
 		m.opts.Logger.Warn("branches: commit: blocks of dropped silly-renamed files kept", "branch", name, "err", err)
@@ -357,7 +347,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.View, cstack, frozen, bstack []cowfs.LayerID) (record, []cowfs.LayerID, int, error) {
 	name := c.rec.Name
 	prec := p.rec
-	dst, err := m.alloc.NewLayerID(ctx)
+	dst, err := m.cow.NewLayerID(ctx)
 	if err != nil {
 		return record{}, nil, 0, err
 	}
@@ -367,22 +357,22 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 		// the parent's writes meanwhile as it is, and nothing changes if
 		// the merge fails.
 		f, frozen = frozen[0], frozen[1:]
-		if err := m.store.Update(ctx, func(tx kv.Txn) error { return cowfs.PutLayer(tx, dst, frozen[0]) }); err != nil {
+		if err := m.cow.Update(ctx, func(tx *cowfs.Txn) error { return tx.PutLayer(dst, frozen[0]) }); err != nil {
 			return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
 		}
 	} else {
-		if f, err = m.alloc.NewLayerID(ctx); err != nil {
+		if f, err = m.cow.NewLayerID(ctx); err != nil {
 			return record{}, nil, 0, err
 		}
 		prec.Top = f
-		err = m.store.Update(ctx, func(tx kv.Txn) error {
-			if err := cowfs.PutLayer(tx, f, frozen[0]); err != nil {
+		err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+			if err := tx.PutLayer(f, frozen[0]); err != nil {
 				return err
 			}
-			if err := cowfs.PutLayer(tx, dst, frozen[0]); err != nil {
+			if err := tx.PutLayer(dst, frozen[0]); err != nil {
 				return err
 			}
-			return putRecord(tx, prec)
+			return putRecord(tx.KV(), prec)
 		})
 		if err != nil {
 			return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
@@ -397,7 +387,7 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 	if m.mergeHook != nil {
 		m.mergeHook()
 	}
-	conflicts, applied, err := cowfs.Merge(ctx, c.fs, cstack, frozen, bstack, dst, m.ignore)
+	conflicts, applied, err := m.cow.Merge(ctx, cstack, frozen, bstack, dst, m.ignore)
 	pfs.Lock()
 	if err != nil {
 		return record{}, nil, 0, fmt.Errorf("branches: merge %s into %s: %w", name, p.rec.Name, mapErr(err))
@@ -407,7 +397,7 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 	}
 	empty := !pfs.TopDirty()
 	if !empty {
-		if empty, err = m.layerEmpty(ctx, f); err != nil {
+		if empty, err = m.cow.LayerEmpty(ctx, f); err != nil {
 			return record{}, nil, 0, err
 		}
 	}
@@ -417,15 +407,15 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 	}
 	// The parent wrote during the merge: merge that (small) change over
 	// the result.
-	dst2, err := m.alloc.NewLayerID(ctx)
+	dst2, err := m.cow.NewLayerID(ctx)
 	if err != nil {
 		return record{}, nil, 0, err
 	}
-	if err := m.store.Update(ctx, func(tx kv.Txn) error { return cowfs.PutLayer(tx, dst2, dst) }); err != nil {
+	if err := m.cow.Update(ctx, func(tx *cowfs.Txn) error { return tx.PutLayer(dst2, dst) }); err != nil {
 		return record{}, nil, 0, mapErr(err)
 	}
 	merged := append([]cowfs.LayerID{dst}, frozen...)
-	conflicts, _, err = cowfs.MergeKeepSilly(ctx, pfs, append([]cowfs.LayerID{f}, frozen...), merged, frozen, dst2, m.ignore)
+	conflicts, _, err = m.cow.MergeKeepSilly(ctx, append([]cowfs.LayerID{f}, frozen...), merged, frozen, dst2, m.ignore)
 	if err != nil {
 		return record{}, nil, 0, fmt.Errorf("branches: merge %s into %s: %w", name, p.rec.Name, mapErr(err))
 	}
@@ -467,7 +457,7 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 		recs[i] = v.rec
 		recs[i].State = StateAborted
 	}
-	err := m.store.Update(ctx, func(tx kv.Txn) error {
+	err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
 		for _, r := range recs {
 			if err := putRecord(tx, r); err != nil {
 				return err
@@ -520,17 +510,17 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 	if newTop != 0 {
 		rec.Top = newTop
 	}
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
+	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
 		if newTop != 0 {
-			if err := cowfs.PutLayer(tx, newTop, stack[0]); err != nil {
+			if err := tx.PutLayer(newTop, stack[0]); err != nil {
 				return err
 			}
-			if err := putRecord(tx, rec); err != nil {
+			if err := putRecord(tx.KV(), rec); err != nil {
 				return err
 			}
 		}
 		v, _ := json.Marshal(cp)
-		return tx.Set(cpKey(b.rec.ID, label), v)
+		return tx.KV().Set(cpKey(b.rec.ID, label), v)
 	})
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("branches: checkpoint %s: %w", name, mapErr(err))
@@ -553,7 +543,7 @@ func (m *Manager) checkpoint(ctx context.Context, b *branch, label string) (chec
 		return checkpointRec{}, err
 	}
 	var cp checkpointRec
-	err := m.store.View(ctx, func(tx kv.Txn) error {
+	err := m.cow.KV().View(ctx, func(tx kv.Txn) error {
 		v, err := tx.Get(cpKey(b.rec.ID, label))
 		if errors.Is(err, kv.ErrNotFound) {
 			return fmt.Errorf("%w: checkpoint %q of %q", ErrNotFound, label, b.rec.Name)
@@ -578,11 +568,11 @@ func (m *Manager) Restore(ctx context.Context, name, label string) error {
 	if err != nil {
 		return err
 	}
-	top, err := m.alloc.NewLayerID(ctx)
+	top, err := m.cow.NewLayerID(ctx)
 	if err != nil {
 		return err
 	}
-	stack, err := cowfs.LoadStack(ctx, m.store, cp.Layer)
+	stack, err := m.cow.Stack(ctx, cp.Layer)
 	if err != nil {
 		return err
 	}
@@ -591,11 +581,11 @@ func (m *Manager) Restore(ctx context.Context, name, label string) error {
 	defer bfs.Unlock()
 	rec := b.rec
 	rec.Top = top
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
-		if err := cowfs.PutLayer(tx, top, cp.Layer); err != nil {
+	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+		if err := tx.PutLayer(top, cp.Layer); err != nil {
 			return err
 		}
-		return putRecord(tx, rec)
+		return putRecord(tx.KV(), rec)
 	})
 	if err != nil {
 		return fmt.Errorf("branches: restore %s to %s: %w", name, label, mapErr(err))
@@ -633,7 +623,7 @@ func (m *Manager) Diff(ctx context.Context, name string) (Diff, error) {
 	if bstack == nil {
 		return d, fmt.Errorf("branches: diff %s: fork point %d is not in the branch's stack", name, rec.Base)
 	}
-	changes, err := cowfs.Diff(ctx, b.fs, stack, bstack, m.ignore)
+	changes, err := m.cow.Diff(ctx, stack, bstack, m.ignore)
 	if err != nil {
 		return d, err
 	}
@@ -649,5 +639,5 @@ func (m *Manager) durable(ctx context.Context) error {
 	if m.opts.NoLifecycleSync {
 		return nil
 	}
-	return m.store.Sync(ctx)
+	return m.cow.Sync(ctx)
 }

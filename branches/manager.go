@@ -132,11 +132,9 @@ func (m *Manager) releaseLocked(b *branch) {
 
 // Manager owns the branches of one store. It is safe for concurrent use.
 type Manager struct {
-	store   kv.Store         // read only
-	alloc   *cowfs.Allocator // read only
-	opts    Options          // read only
-	tracker *cowfs.Tracker   // read only
-	secret  []byte           // read only
+	cow    *cowfs.Store // read only; branches' own keys through cow.KV()
+	opts   Options      // read only
+	secret []byte       // read only
 
 	// Lock order: foldMu, opMu, views' locks (child before parent), mu
 	// (docs/design.md, "Lock order").
@@ -182,18 +180,16 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, errors.New("branches: Options.Store is nil")
 	}
 	opts.EnsureDefaults()
-	legacy, err := cowfs.OpenFormat(ctx, opts.Store)
+	cow, err := cowfs.Open(ctx, opts.Store, opts.FS)
 	if err != nil {
 		return nil, fmt.Errorf("branches: open: %w", mapErr(err))
 	}
-	opts.FS.LegacyNameSlots = legacy
+	opts.FS = cow.Options()
 	if opts.Ignore, err = loadIgnore(ctx, opts.Store, opts.Ignore); err != nil {
 		return nil, err
 	}
-	m := &Manager{store: opts.Store, alloc: cowfs.NewAllocator(opts.Store), opts: opts,
-		tracker: cowfs.NewTracker(), byID: map[BranchID]*branch{}, byName: map[string]*branch{},
+	m := &Manager{cow: cow, opts: opts, byID: map[BranchID]*branch{}, byName: map[string]*branch{},
 		reclaim: make(chan struct{}, 1)}
-	m.opts.FS.Tracker = m.tracker
 	if err := m.load(ctx); err != nil {
 		return nil, err
 	}
@@ -209,7 +205,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 
 func (m *Manager) load(ctx context.Context) error {
 	var recs []record
-	err := m.store.Update(ctx, func(tx kv.Txn) error {
+	err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
 		recs = recs[:0]
 		v, err := tx.Get(secretKey)
 		switch {
@@ -245,7 +241,7 @@ func (m *Manager) load(ctx context.Context) error {
 			continue // committed and aborted branches stay in the store only
 		}
 		b := &branch{rec: r}
-		fs, err := cowfs.New(m.store, m.alloc, r.Top, m.opts.FS)
+		fs, err := m.cow.OpenView(ctx, r.Top)
 		if err != nil {
 			return fmt.Errorf("branches: open %s: %w", r.Name, err)
 		}
@@ -263,25 +259,19 @@ func (m *Manager) load(ctx context.Context) error {
 }
 
 func (m *Manager) createMain(ctx context.Context) error {
-	l, err := m.alloc.NewLayerID(ctx)
+	id, err := m.cow.Next(ctx, "branch")
 	if err != nil {
 		return err
 	}
-	id, err := m.alloc.Next(ctx, "branch")
-	if err != nil {
-		return err
-	}
-	r := record{ID: BranchID(id), Name: MainBranch, State: StateLive, Top: l, ForkTime: time.Now().UTC()}
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
-		if err := cowfs.PutTree(tx, l, 0o755, m.opts.RootUID, m.opts.RootGID, time.Now().UnixNano()); err != nil {
-			return err
-		}
-		return putRecord(tx, r)
+	r := record{ID: BranchID(id), Name: MainBranch, State: StateLive, ForkTime: time.Now().UTC()}
+	_, err = m.cow.NewTree(ctx, 0o755, m.opts.RootUID, m.opts.RootGID, func(tx *cowfs.Txn, l cowfs.LayerID) error {
+		r.Top = l
+		return putRecord(tx.KV(), r)
 	})
 	if err != nil {
 		return mapErr(err)
 	}
-	fs := cowfs.NewWithStack(m.store, m.alloc, []cowfs.LayerID{l}, m.opts.FS)
+	fs := m.cow.View([]cowfs.LayerID{r.Top})
 	b := &branch{rec: r, fs: fs}
 	m.byID[r.ID], m.byName[r.Name] = b, b
 	return nil
@@ -386,13 +376,13 @@ func (m *Manager) Metrics() Metrics {
 func (m *Manager) Secret() []byte { return append([]byte(nil), m.secret...) }
 
 // Sync makes everything acknowledged so far durable against power loss.
-func (m *Manager) Sync(ctx context.Context) error { return m.store.Sync(ctx) }
+func (m *Manager) Sync(ctx context.Context) error { return m.cow.Sync(ctx) }
 
 // Close stops background work and syncs. It does not close the store.
 func (m *Manager) Close() error {
 	m.cancel()
 	m.wg.Wait()
-	return m.store.Sync(context.Background())
+	return m.cow.Sync(context.Background())
 }
 
 // Ignore returns the store's ignore list.
@@ -475,11 +465,11 @@ func (m *Manager) fullInfo(ctx context.Context, b *branch) (Info, error) {
 		// The view's stack, not the stored one: an abort and the reclaimer
 		// may delete layers meanwhile, which only makes the count smaller.
 		var err error
-		if in.BytesChanged, err = cowfs.DeltaBytes(ctx, fs, fs.Stack(), rec.Base); err != nil {
+		if in.BytesChanged, err = m.cow.DeltaBytes(ctx, fs.Stack(), rec.Base); err != nil {
 			return in, err
 		}
 	}
-	err := m.store.View(ctx, func(tx kv.Txn) error {
+	err := m.cow.KV().View(ctx, func(tx kv.Txn) error {
 		in.Checkpoints = in.Checkpoints[:0]
 		pfx := cpPrefix(rec.ID)
 		return tx.Iterate(pfx, nil, true, func(k, _ []byte) (bool, error) {
@@ -501,7 +491,7 @@ func (m *Manager) List(ctx context.Context) ([]Info, error) {
 	m.mu.RUnlock()
 	// Committed and aborted branches are in the store only.
 	recs := map[BranchID]record{}
-	err := m.store.View(ctx, func(tx kv.Txn) error {
+	err := m.cow.KV().View(ctx, func(tx kv.Txn) error {
 		clear(recs)
 		return tx.Iterate([]byte{'B'}, nil, false, func(k, v []byte) (bool, error) {
 			var r record

@@ -74,7 +74,7 @@ func (m *Manager) SetMeta(ctx context.Context, name string, u MetaUpdate) (Meta,
 		return Meta{}, fmt.Errorf("%w: %q is the root branch: it cannot be aborted, so it takes no lease", ErrReadOnly, name)
 	}
 	var out Meta
-	err = m.store.Update(ctx, func(tx kv.Txn) error {
+	err = m.cow.KV().Update(ctx, func(tx kv.Txn) error {
 		var md Meta
 		if err := getMeta(tx, b.rec.ID, &md); err != nil {
 			return err
@@ -141,7 +141,7 @@ func (m *Manager) Metas(ctx context.Context) (map[string]Meta, error) {
 // Meta keys whose branch is no longer live.
 func (m *Manager) scanMeta(ctx context.Context, fn func(name string, md Meta)) ([]BranchID, error) {
 	var dead []BranchID
-	err := m.store.View(ctx, func(tx kv.Txn) error {
+	err := m.cow.KV().View(ctx, func(tx kv.Txn) error {
 		return tx.Iterate(metaPrefix, nil, false, func(k, v []byte) (bool, error) {
 			if len(k) != 9 {
 				return true, nil
@@ -184,7 +184,7 @@ func (m *Manager) ExpireLeases(ctx context.Context, now time.Time) ([]string, er
 		return nil, err
 	}
 	if len(dead) > 0 {
-		err := m.store.Update(ctx, func(tx kv.Txn) error {
+		err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
 			for _, id := range dead {
 				if err := tx.Delete(metaKey(id)); err != nil {
 					return err
@@ -231,7 +231,7 @@ func (m *Manager) expireLease(ctx context.Context, name string, now time.Time) (
 		return false, err
 	}
 	var md Meta
-	if err := m.store.View(ctx, func(tx kv.Txn) error { return getMeta(tx, b.rec.ID, &md) }); err != nil {
+	if err := m.cow.KV().View(ctx, func(tx kv.Txn) error { return getMeta(tx, b.rec.ID, &md) }); err != nil {
 		return false, mapErr(err)
 	}
 	if md.LeaseExpires == nil || !md.LeaseExpires.Before(now) {

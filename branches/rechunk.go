@@ -2,7 +2,6 @@ package branches
 
 import (
 	"context"
-	"slices"
 
 	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
@@ -42,24 +41,23 @@ func (m *Manager) rechunk(ctx context.Context, budget int64) (cowfs.RechunkStats
 	defer m.foldMu.Unlock()
 	var layers []cowfs.LayerID
 	m.opMu.Lock()
-	err := m.store.View(ctx, func(tx kv.Txn) error {
-		live, err := m.liveLayers(ctx, tx)
-		layers = layers[:0]
-		for l := range live {
-			layers = append(layers, l)
+	err := m.cow.Read(ctx, func(tx *cowfs.Txn) error {
+		roots, err := m.liveRoots(tx.KV())
+		if err != nil {
+			return err
 		}
+		layers, err = tx.Reachable(roots)
 		return err
 	})
 	m.opMu.Unlock()
 	if err != nil {
 		return total, mapErr(err)
 	}
-	slices.Sort(layers)
 	for _, l := range layers {
 		if total.Bytes >= budget {
 			break
 		}
-		st, err := cowfs.Rechunk(ctx, m.store, m.tracker, l, uint64(m.opts.FS.BlockSize), budget-total.Bytes)
+		st, err := m.cow.Rechunk(ctx, l, budget-total.Bytes)
 		total.Blocks += st.Blocks
 		total.Chunks += st.Chunks
 		total.Bytes += st.Bytes

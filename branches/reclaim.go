@@ -14,9 +14,10 @@ import (
 // Reclamation is mark-and-sweep, in the background:
 //  1. Layers: every layer not in the stack of a live or invalidated branch
 //     or of a checkpoint is garbage (ids are never reused, so a garbage
-//     layer stays garbage) and is deleted in small transactions.
-//  2. Blocks: content no live layer references is deleted. Writers that
-//     commit while the sweep runs record their hashes in the Tracker, and
+//     layer stays garbage) and is deleted in small transactions
+//     (cowfs.Txn.Unreachable, cowfs.Store.DeleteLayer).
+//  2. Blocks: content no live layer references is deleted (cowfs.Sweep).
+//     Writers that commit while the sweep runs record their hashes, and
 //     the sweep skips them.
 
 func (m *Manager) kickReclaim() {
@@ -70,11 +71,6 @@ func (m *Manager) reclaimPass(ctx context.Context) {
 	m.sweptBlocks(ctx, st.Blocks)
 }
 
-// sweepBatch is how many blocks one sweep transaction deletes. Each runs
-// under the tracker's write lock, which every data write waits for, so it
-// stays small: a few milliseconds.
-const sweepBatch = 256
-
 // ReclaimStats tells what a reclamation pass removed.
 type ReclaimStats struct {
 	Layers int `json:"layers"`
@@ -85,54 +81,32 @@ type ReclaimStats struct {
 	Checkpoints int `json:"checkpoints"`
 }
 
-// liveLayers returns every layer reachable from a live or invalidated
-// branch or from a checkpoint of one. Caller holds opMu.
-func (m *Manager) liveLayers(ctx context.Context, tx kv.Txn) (map[cowfs.LayerID]bool, error) {
-	live := map[cowfs.LayerID]bool{}
-	walk := func(top cowfs.LayerID) error {
-		for l := top; l != 0 && !live[l]; {
-			live[l] = true
-			below, err := cowfs.Below(tx, l)
-			if err != nil {
-				return err
-			}
-			l = below
-		}
-		return nil
-	}
+// liveRoots returns the tops of the live and invalidated branches and the
+// layers of their checkpoints: every layer of their stacks is live. Caller
+// holds opMu.
+func (m *Manager) liveRoots(tx kv.Txn) ([]cowfs.LayerID, error) {
 	m.mu.RLock()
-	var tops []cowfs.LayerID
+	var roots []cowfs.LayerID
 	var ids []BranchID
 	for _, b := range m.byName {
-		tops = append(tops, b.rec.Top)
+		roots = append(roots, b.rec.Top)
 		ids = append(ids, b.rec.ID)
 	}
 	m.mu.RUnlock()
-	for _, t := range tops {
-		if err := walk(t); err != nil {
-			return nil, err
-		}
-	}
 	for _, id := range ids {
-		var cps []cowfs.LayerID
 		err := tx.Iterate(cpPrefix(id), nil, false, func(k, v []byte) (bool, error) {
 			var cp checkpointRec
 			if err := jsonUnmarshal(v, &cp); err != nil {
 				return false, err
 			}
-			cps = append(cps, cp.Layer)
+			roots = append(roots, cp.Layer)
 			return true, nil
 		})
 		if err != nil {
 			return nil, err
 		}
-		for _, l := range cps {
-			if err := walk(l); err != nil {
-				return nil, err
-			}
-		}
 	}
-	return live, nil
+	return roots, nil
 }
 
 // deadCheckpoints lists the keys of the checkpoint records of branches
@@ -167,22 +141,15 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 	m.opMu.Lock()
 	var garbage []cowfs.LayerID
 	var deadCPs [][]byte
-	err := m.store.View(ctx, func(tx kv.Txn) error {
-		garbage, deadCPs = garbage[:0], deadCPs[:0]
-		live, err := m.liveLayers(ctx, tx)
+	err := m.cow.Read(ctx, func(tx *cowfs.Txn) error {
+		roots, err := m.liveRoots(tx.KV())
 		if err != nil {
 			return err
 		}
-		err = cowfs.EachLayer(tx, true, func(l, _ cowfs.LayerID) (bool, error) {
-			if !live[l] {
-				garbage = append(garbage, l)
-			}
-			return true, nil
-		})
-		if err != nil {
+		if garbage, err = tx.Unreachable(roots); err != nil {
 			return err
 		}
-		deadCPs, err = m.deadCheckpoints(tx)
+		deadCPs, err = m.deadCheckpoints(tx.KV())
 		return err
 	})
 	m.opMu.Unlock()
@@ -193,7 +160,7 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 	// go without opMu.
 	for len(deadCPs) > 0 {
 		n := min(len(deadCPs), 1000)
-		err := m.store.Update(ctx, func(tx kv.Txn) error {
+		err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
 			for _, k := range deadCPs[:n] {
 				if err := tx.Delete(k); err != nil && !errors.Is(err, kv.ErrNotFound) {
 					return err
@@ -208,7 +175,7 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 		deadCPs = deadCPs[n:]
 	}
 	for _, l := range garbage {
-		n, err := cowfs.DeleteLayer(ctx, m.store, l)
+		n, err := m.cow.DeleteLayer(ctx, l)
 		st.Keys += n
 		if err != nil {
 			return st, err
@@ -216,60 +183,19 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 		st.Layers++
 	}
 	// Phase 2: unreferenced blocks.
-	var snap kv.Snapshot
-	var live map[cowfs.LayerID]bool
-	var liveErr error
 	m.opMu.Lock()
-	m.tracker.Begin(func() {
-		snap = m.store.NewSnapshot()
-		live, liveErr = m.liveLayers(ctx, snap)
-	})
+	sw, err := m.cow.BeginSweep(func(tx *cowfs.Txn) ([]cowfs.LayerID, error) { return m.liveRoots(tx.KV()) })
 	m.opMu.Unlock()
-	defer m.tracker.End()
-	defer snap.Discard()
 	m.metrics.layers.Add(int64(st.Layers))
-	if liveErr != nil {
-		return st, liveErr
-	}
-	marked := map[[32]byte]struct{}{}
-	for l := range live {
-		err := cowfs.ReferencedHashes(snap, l, func(h []byte) { marked[[32]byte(h)] = struct{}{} })
-		if err != nil {
-			return st, err
-		}
-	}
-	var cands [][]byte
-	err = cowfs.ContentHashes(snap, func(h []byte) bool {
-		if len(h) == 32 {
-			if _, ok := marked[[32]byte(h)]; !ok {
-				cands = append(cands, append([]byte(nil), h...))
-			}
-		}
-		return true
-	})
 	if err != nil {
 		return st, err
 	}
-	for i := 0; i < len(cands); i += sweepBatch {
-		batch := cands[i:min(i+sweepBatch, len(cands))]
-		err := m.tracker.Sweep(func(seen func([]byte) bool) error {
-			return m.store.Update(ctx, func(tx kv.Txn) error {
-				for _, h := range batch {
-					if seen(h) {
-						continue
-					}
-					if err := cowfs.DeleteContent(tx, h); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		})
-		if err != nil {
-			return st, err
-		}
-		st.Blocks += len(batch)
-		m.metrics.blocks.Add(int64(len(batch)))
+	defer sw.End()
+	n, err := sw.Run(ctx)
+	st.Blocks += n
+	m.metrics.blocks.Add(int64(n))
+	if err != nil {
+		return st, err
 	}
 	return st, nil
 }

@@ -21,9 +21,6 @@ import (
 // not with the number of branches, and memory holds one entry per
 // referenced content hash (the sweep's own bound).
 
-// sharedOwner marks a layer or content that more than one branch reaches.
-const sharedOwner = ^BranchID(0)
-
 // SpaceReport tells where the store's disk space goes. JSON field names
 // are part of the stable --json output and API.
 type SpaceReport struct {
@@ -84,14 +81,14 @@ func (m *Manager) Space(ctx context.Context) (SpaceReport, error) {
 	rep.Reclaimable.DeadLayers, rep.Reclaimable.DeadLayerKeys, rep.Reclaimable.DeadLayerBytes = sc.deadLayers, sc.deadKeys, sc.deadBytes
 	rep.Branches = sc.states
 	rep.UniqueBytes = sc.uniqueByName()
-	if g, ok := m.store.(kv.GarbageEstimator); ok {
+	if g, ok := m.cow.KV().(kv.GarbageEstimator); ok {
 		n, err := g.ValueLogGarbage(ctx)
 		if err != nil {
 			return rep, fmt.Errorf("branches: space: value-log garbage: %w", mapErr(err))
 		}
 		rep.Reclaimable.ValueLogGarbage = n
 	}
-	if d, ok := m.store.(kv.DiskUser); ok {
+	if d, ok := m.cow.KV().(kv.DiskUser); ok {
 		n, err := d.DiskUsage()
 		if err != nil {
 			return rep, fmt.Errorf("branches: space: disk usage: %w", err)
@@ -133,122 +130,50 @@ func (sc *spaceScan) uniqueByName() map[string]int64 {
 	return out
 }
 
-// scanSpace runs the pass described at the top of this file; with full
-// it also counts dead layers and branch states.
+// scanSpace runs the pass described at the top of this file
+// (cowfs.Txn.Space); with full it also counts dead layers and branch
+// states.
 func (m *Manager) scanSpace(ctx context.Context, full bool) (*spaceScan, error) {
 	sc := &spaceScan{names: map[BranchID]string{}, unique: map[BranchID]int64{}, states: map[State]int{}}
 	// The tops in memory and the snapshot agree under opMu.
 	m.opMu.Lock()
-	snap := m.store.NewSnapshot()
+	snap := m.cow.Snapshot()
 	m.mu.RLock()
-	tops := make(map[BranchID]cowfs.LayerID, len(m.byName))
+	owners := make(map[uint64][]cowfs.LayerID, len(m.byName))
 	for _, b := range m.byName {
-		tops[b.rec.ID] = b.rec.Top
+		owners[uint64(b.rec.ID)] = []cowfs.LayerID{b.rec.Top}
 		sc.names[b.rec.ID] = b.rec.Name
 	}
 	m.mu.RUnlock()
 	m.opMu.Unlock()
 	defer snap.Discard()
 
-	owner := map[cowfs.LayerID]BranchID{}
-	walk := func(id BranchID, top cowfs.LayerID) error {
-		for l := top; l != 0; {
-			switch o, seen := owner[l]; {
-			case seen && (o == id || o == sharedOwner):
-				return nil // so is every layer below it
-			case seen:
-				owner[l] = sharedOwner
-			default:
-				owner[l] = id
-			}
-			below, err := cowfs.Below(snap, l)
-			if err != nil {
-				return mapErr(err)
-			}
-			l = below
-		}
-		return nil
-	}
-	for id, top := range tops {
-		if err := walk(id, top); err != nil {
-			return nil, err
-		}
-		var cps []cowfs.LayerID
-		err := snap.Iterate(cpPrefix(id), nil, false, func(_, v []byte) (bool, error) {
+	for id := range owners {
+		err := snap.KV().Iterate(cpPrefix(BranchID(id)), nil, false, func(_, v []byte) (bool, error) {
 			var cp checkpointRec
 			if err := jsonUnmarshal(v, &cp); err != nil {
 				return false, err
 			}
-			cps = append(cps, cp.Layer)
+			owners[id] = append(owners[id], cp.Layer)
 			return true, nil
 		})
 		if err != nil {
 			return nil, mapErr(err)
 		}
-		for _, l := range cps {
-			if err := walk(id, l); err != nil {
-				return nil, err
-			}
-		}
 	}
-	hashOwner := map[[32]byte]BranchID{}
-	for l, o := range owner {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		err := cowfs.ReferencedHashes(snap, l, func(h []byte) {
-			if len(h) != 32 {
-				return
-			}
-			k := [32]byte(h)
-			if prev, ok := hashOwner[k]; !ok {
-				hashOwner[k] = o
-			} else if prev != o {
-				hashOwner[k] = sharedOwner
-			}
-		})
-		if err != nil {
-			return nil, mapErr(err)
-		}
-	}
-	err := cowfs.ContentSizes(snap, func(h []byte, size int64) bool {
-		sc.content += size
-		o, ok := hashOwner[[32]byte(h)]
-		switch {
-		case len(h) != 32:
-		case !ok:
-			sc.unreferenced += size
-		case o != sharedOwner:
-			sc.unique[o] += size
-		}
-		return true
-	})
+	use, err := snap.Space(ctx, owners, full)
 	if err != nil {
 		return nil, mapErr(err)
+	}
+	sc.content, sc.unreferenced = use.ContentBytes, use.Unreferenced
+	for id, n := range use.Unique {
+		sc.unique[BranchID(id)] = n
 	}
 	if !full {
 		return sc, nil
 	}
-	var dead []cowfs.LayerID
-	err = cowfs.EachLayer(snap, true, func(l, _ cowfs.LayerID) (bool, error) {
-		if _, ok := owner[l]; !ok {
-			dead = append(dead, l)
-		}
-		return true, nil
-	})
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	for _, l := range dead {
-		keys, bytes, err := cowfs.LayerSize(snap, l)
-		if err != nil {
-			return nil, mapErr(err)
-		}
-		sc.deadLayers++
-		sc.deadKeys += keys
-		sc.deadBytes += bytes
-	}
-	err = snap.Iterate([]byte{'B'}, nil, false, func(k, v []byte) (bool, error) {
+	sc.deadLayers, sc.deadKeys, sc.deadBytes = use.DeadLayers, use.DeadKeys, use.DeadBytes
+	err = snap.KV().Iterate([]byte{'B'}, nil, false, func(k, v []byte) (bool, error) {
 		var r record
 		if err := jsonUnmarshal(v, &r); err != nil {
 			return false, fmt.Errorf("branches: corrupt record %x: %w", k, err)

@@ -49,11 +49,11 @@ func (s *billySuite) SetUpTest(c *C) {
 		MemTableSize: 16 << 20, BlockCacheSize: 1 << 20, IndexCacheSize: 1 << 20})
 	c.Assert(err, IsNil)
 	s.store = st
-	al := NewAllocator(st)
-	l, err := NewTree(ctx, st, al, 0o755, 0, 0)
+	sto, err := Open(ctx, st, Options{BlockSize: 4096})
 	c.Assert(err, IsNil)
-	opts := Options{BlockSize: 4096}
-	f, err := New(st, al, l, opts)
+	l, err := sto.NewTree(ctx, 0o755, 0, 0, nil)
+	c.Assert(err, IsNil)
+	f, err := sto.OpenView(ctx, l)
 	c.Assert(err, IsNil)
 	if s.fork {
 		// Populate a parent with a name the suite never uses, freeze it,
@@ -64,9 +64,9 @@ func (s *billySuite) SetUpTest(c *C) {
 		_, err = w.Write([]byte("base content"))
 		c.Assert(err, IsNil)
 		c.Assert(w.Close(), IsNil)
-		top, err := NewLayerOver(ctx, st, al, l)
+		top, err := sto.NewLayerOver(ctx, l)
 		c.Assert(err, IsNil)
-		f, err = New(st, al, top, opts)
+		f, err = sto.OpenView(ctx, top)
 		c.Assert(err, IsNil)
 		c.Assert(f.Billy().Remove("zz-base/sub/file"), IsNil)
 		c.Assert(f.Billy().Remove("zz-base/sub"), IsNil)

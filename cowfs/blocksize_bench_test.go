@@ -52,14 +52,14 @@ func BenchmarkBlockSize(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("bs=%dKiB/op=edit16", bs>>10), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
-				f, st, al := newDiskFS(b, Options{BlockSize: bs})
+				f, st, sto := newDiskFS(b, Options{BlockSize: bs})
 				a, _ := f.Create(RootIno, "f", CreateGuarded, NewAttr{Mode: 0o644}, 0)
 				for off := 0; off < len(data); off += 1 << 20 {
 					f.WriteAt(a.Ino, data[off:off+1<<20], int64(off))
 				}
 				before := storeBytes(b, st)
 				for r := 0; r < 16; r++ {
-					top, err := NewLayerOver(context.Background(), st, al, f.Top())
+					top, err := sto.NewLayerOver(context.Background(), f.Top())
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -75,22 +75,14 @@ func BenchmarkBlockSize(b *testing.B) {
 	}
 }
 
-func newDiskFS(b testing.TB, opts Options) (*View, kv.Store, *Allocator) {
+func newDiskFS(b testing.TB, opts Options) (*View, kv.Store, *Store) {
 	st, err := kv.OpenBadger(b.TempDir(), kv.BadgerOptions{GCInterval: -1})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	al := NewAllocator(st)
-	l, err := NewTree(context.Background(), st, al, 0o755, 0, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	f, err := New(st, al, l, opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return f, st, al
+	s, f := newTestTree(b, st, opts)
+	return f, st, s
 }
 
 // storeBytes is the logical size of the store's keys and values, which is

@@ -23,7 +23,7 @@ func TestInodeCacheBounded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			f, st, al := newTestFS(t, Options{InodeCacheSize: tc.size})
+			f, _, sto := newTestFS(t, Options{InodeCacheSize: tc.size})
 			b := f.Billy()
 			for i := 0; i < tc.files; i++ {
 				w, err := b.Create(fmt.Sprintf("f%d", i))
@@ -33,7 +33,7 @@ func TestInodeCacheBounded(t *testing.T) {
 				w.Close()
 			}
 			// Freeze what was written, so lookups go through the cache.
-			top, err := NewLayerOver(ctx, st, al, f.Top())
+			top, err := sto.NewLayerOver(ctx, f.Top())
 			if err != nil {
 				t.Fatal(err)
 			}

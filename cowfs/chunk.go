@@ -205,8 +205,9 @@ type runBlock struct {
 // throughout. l may be a branch's top layer for that reason. Chunks are
 // stored in the transaction that first references them, under tracker, so
 // a concurrent sweep keeps them. The plain blocks become garbage for the
-// sweep once nothing else names them. bs is the store's block size.
-func Rechunk(ctx context.Context, store kv.Store, tracker *Tracker, l LayerID, bs uint64, budget int64) (RechunkStats, error) {
+// sweep once nothing else names them.
+func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkStats, error) {
+	store, tracker := s.kv, s.tracker
 	var st RechunkStats
 	pfx := append(layerPrefix(l), kindData)
 	var start []byte

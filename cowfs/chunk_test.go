@@ -78,9 +78,7 @@ func layerRefs(t *testing.T, st kv.Store, l LayerID, ino InodeID) map[uint64][]b
 func TestRechunkReadsSame(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
-	tr := NewTracker()
-	opts := Options{BlockSize: bs, InlineMax: 64, Tracker: tr}
-	f, st, al := newTestFS(t, opts)
+	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(11, 12))
 	models := map[InodeID][]byte{}
 	names := map[string]InodeID{}
@@ -155,7 +153,7 @@ func TestRechunkReadsSame(t *testing.T) {
 	truncate(holes, 30*bs+7)
 	write(holes, 35*bs, randBytes(r, 100)) // grown again: a hole, then a block
 	y := f.Top()
-	x, err := NewLayerOver(ctx, st, al, y)
+	x, err := sto.NewLayerOver(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +165,7 @@ func TestRechunkReadsSame(t *testing.T) {
 	write(b, 120*bs, randBytes(r, 2*bs))
 	check("before rechunking")
 
-	rs, err := Rechunk(ctx, st, tr, y, bs, 1<<40)
+	rs, err := sto.Rechunk(ctx, y, 1<<40)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,23 +201,23 @@ func TestRechunkReadsSame(t *testing.T) {
 	}
 	check("after edits of chunk-referenced blocks")
 	// Rechunking the top layer: its run of written blocks of b.
-	if _, err := Rechunk(ctx, st, tr, x, bs, 1<<40); err != nil {
+	if _, err := sto.Rechunk(ctx, x, 1<<40); err != nil {
 		t.Fatal(err)
 	}
 	check("after rechunking x")
 	truncate(a, 7*bs+5) // inside a chunk-referenced block
 	write(a, 8*bs, []byte("grown"))
 	check("after truncating a")
-	if err := FoldDown(ctx, f, x, y); err != nil {
+	if err := sto.FoldDown(ctx, x, y); err != nil {
 		t.Fatal(err)
 	}
-	folded, err := New(st, al, y, opts)
+	folded, err := sto.OpenView(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f = folded
 	check("after folding x into y")
-	sweepAround(t, tr, st, func() {})
+	sweepAround(t, sto, func() {})
 	check("after a sweep")
 }
 
@@ -228,8 +226,7 @@ func TestRechunkReadsSame(t *testing.T) {
 func TestSweepKeepsChunks(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
-	tr := NewTracker()
-	f, st, _ := newTestFS(t, Options{BlockSize: bs, InlineMax: 64, Tracker: tr})
+	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(13, 14))
 	want := randBytes(r, 512<<10)
 	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
@@ -243,17 +240,20 @@ func TestSweepKeepsChunks(t *testing.T) {
 	for _, v := range layerRefs(t, st, f.Top(), a.Ino) {
 		refHashes(v, func(h []byte) { plain[string(h)] = true })
 	}
-	if _, err := Rechunk(ctx, st, tr, f.Top(), bs, 1<<40); err != nil {
+	if _, err := sto.Rechunk(ctx, f.Top(), 1<<40); err != nil {
 		t.Fatal(err)
 	}
 	named := map[string]bool{}
 	for _, v := range layerRefs(t, st, f.Top(), a.Ino) {
 		refHashes(v, func(h []byte) { named[string(h)] = true })
 	}
-	sweepAround(t, tr, st, func() {})
+	sweepAround(t, sto, func() {})
 	stored := map[string]bool{}
 	err = st.View(ctx, func(tx kv.Txn) error {
-		return ContentHashes(tx, func(h []byte) bool { stored[string(h)] = true; return true })
+		return tx.Iterate([]byte{pfxContent}, nil, true, func(k, _ []byte) (bool, error) {
+			stored[string(k[1:])] = true
+			return true, nil
+		})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -278,8 +278,7 @@ func TestSweepKeepsChunks(t *testing.T) {
 func TestRechunkRaceSweep(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
-	tr := NewTracker()
-	f, st, _ := newTestFS(t, Options{BlockSize: bs, InlineMax: 64, Tracker: tr})
+	f, _, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(15, 16))
 	leaveGarbage(t, f, "garbage", randBytes(r, bs), randBytes(r, 1000))
 	want := randBytes(r, 256<<10)
@@ -290,8 +289,8 @@ func TestRechunkRaceSweep(t *testing.T) {
 	if _, err := f.WriteAt(a.Ino, want, 0); err != nil {
 		t.Fatal(err)
 	}
-	sweepAround(t, tr, st, func() {
-		if rs, err := Rechunk(ctx, st, tr, f.Top(), bs, 1<<40); err != nil || rs.Blocks == 0 {
+	sweepAround(t, sto, func() {
+		if rs, err := sto.Rechunk(ctx, f.Top(), 1<<40); err != nil || rs.Blocks == 0 {
 			t.Fatalf("rechunk: %+v, %v", rs, err)
 		}
 	})
@@ -305,7 +304,7 @@ func TestRechunkRaceSweep(t *testing.T) {
 func TestChunkReadFetchesOnce(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
-	f, st, _ := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
+	f, _, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(17, 18))
 	want := randBytes(r, 2<<20)
 	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
@@ -315,7 +314,7 @@ func TestChunkReadFetchesOnce(t *testing.T) {
 	if _, err := f.WriteAt(a.Ino, want, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Rechunk(ctx, st, nil, f.Top(), bs, 1<<40); err != nil {
+	if _, err := sto.Rechunk(ctx, f.Top(), 1<<40); err != nil {
 		t.Fatal(err)
 	}
 	first, last := uint64(10), uint64(10+(1<<20)/bs-1) // a 1 MiB READ

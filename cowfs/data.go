@@ -23,9 +23,6 @@ type Tracker struct {
 	seen   map[string]struct{}
 }
 
-// NewTracker returns an idle tracker.
-func NewTracker() *Tracker { return &Tracker{} }
-
 // Begin starts a sweep: from now on referenced hashes are recorded. snap is
 // called under the lock, so every write either committed before it or is
 // recorded.
@@ -54,26 +51,6 @@ func (t *Tracker) End() {
 }
 
 var trackMu sync.Mutex
-
-// ReferencedHashes appends the content hashes of every block reference held
-// by layer l (for the sweep's mark phase).
-func ReferencedHashes(tx kv.Txn, l LayerID, fn func(h []byte)) error {
-	pfx := append(layerPrefix(l), kindData)
-	return tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
-		refHashes(v, fn)
-		return true, nil
-	})
-}
-
-// ContentHashes lists every stored content hash.
-func ContentHashes(tx kv.Txn, fn func(h []byte) bool) error {
-	return tx.Iterate([]byte{pfxContent}, nil, true, func(k, _ []byte) (bool, error) {
-		return fn(k[1:]), nil
-	})
-}
-
-// DeleteContent removes the content of hash h.
-func DeleteContent(tx kv.Txn, h []byte) error { return tx.Delete(contentKey(h)) }
 
 // blockReader resolves the blocks of one inode through the stack.
 type blockReader struct {

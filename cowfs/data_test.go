@@ -15,7 +15,7 @@ func TestDataAcrossLayers(t *testing.T) {
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 7))
 	ctx := context.Background()
-	f, st, al := newTestFS(t, Options{BlockSize: 4096, InlineMax: 64})
+	f, _, sto := newTestFS(t, Options{BlockSize: 4096, InlineMax: 64})
 	a, err := f.Create(RootIno, "f", CreateGuarded, NewAttr{Mode: 0o644}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestDataAcrossLayers(t *testing.T) {
 				model = append(model, make([]byte, size-len(model))...)
 			}
 		default:
-			top, err := NewLayerOver(ctx, st, al, f.Top())
+			top, err := sto.NewLayerOver(ctx, f.Top())
 			if err != nil {
 				t.Fatal(err)
 			}

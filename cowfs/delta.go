@@ -91,7 +91,9 @@ func (d *delta) dataBytes(tx kv.Txn, f *View, ino InodeID) (int64, error) {
 
 // DeltaBytes returns the data bytes written in layers (an upper bound: full
 // blocks count as the block size).
-func DeltaBytes(ctx context.Context, f *View, stack []LayerID, base LayerID) (int64, error) {
+func (s *Store) DeltaBytes(ctx context.Context, stack []LayerID, base LayerID) (int64, error) {
+	f := s.View(stack)
+	defer f.Close()
 	var layers []LayerID
 	for _, l := range stack {
 		if l == base {
@@ -127,9 +129,8 @@ type Change struct {
 
 // Diff lists what the layers of view (those above base, i.e. view's stack
 // minus base's) changed relative to the view base. ignore filters base names.
-func Diff(ctx context.Context, f *View, vs, bs []LayerID, ignore func(name string) bool) ([]Change, error) {
-	view := NewWithStack(f.store, f.alloc, vs, f.opts)
-	base := NewWithStack(f.store, f.alloc, bs, f.opts)
+func (s *Store) Diff(ctx context.Context, vs, bs []LayerID, ignore func(name string) bool) ([]Change, error) {
+	view, base := s.View(vs), s.View(bs)
 	defer view.Close()
 	defer base.Close()
 	layers, ok := above(vs, bs)

@@ -20,10 +20,16 @@
 // BLAKE3 hash; small blocks are inline and all-zero blocks are references
 // without content, so holes cost nothing.
 //
+// A Store (store.go, opened with Open over a kv.Store) owns every key
+// cowfs defines, the id allocator, the block tracker and the options; views
+// are made from it (Store.View, FreshView, OpenView), and so are new trees,
+// merges, diffs, folds, prunes and the block sweep. Its Txn lets a caller
+// write layer records in the same transaction as its own keys.
+//
 // APIs: the inode-level calls in api.go (used by the NFS server), and the
 // go-billy v5 filesystem returned by View.Billy (billy.Filesystem,
-// billy.Change, symlinks, Link). Merge and Diff work on the layers a branch
-// added above its fork base, in O(changes).
+// billy.Change, symlinks, Link). Store.Merge and Store.Diff work on the
+// layers a branch added above its fork base, in O(changes).
 //
 // Errors are unwrapped *fs.PathError values carrying a syscall.Errno.
 // Concurrency: a View is safe for concurrent use; namespace changes are

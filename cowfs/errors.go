@@ -9,7 +9,7 @@ import (
 	"github.com/branchnfs/branchnfs/kv"
 )
 
-// ErrFormat is returned by OpenFormat for a store written in a format this
+// ErrFormat is returned by Open for a store written in a format this
 // build does not know (by a newer branchnfs).
 var ErrFormat = errors.New("cowfs: unknown store format")
 

@@ -9,19 +9,19 @@ import (
 // Test-only API: tests build layer stacks by hand.
 
 // NewLayerOver creates an empty layer over below and returns it.
-func NewLayerOver(ctx context.Context, store kv.Store, alloc *Allocator, below LayerID) (LayerID, error) {
-	l, err := alloc.NewLayerID(ctx)
+func (s *Store) NewLayerOver(ctx context.Context, below LayerID) (LayerID, error) {
+	l, err := s.NewLayerID(ctx)
 	if err != nil {
 		return 0, err
 	}
-	err = store.Update(ctx, func(tx kv.Txn) error { return PutLayer(tx, l, below) })
+	err = s.Update(ctx, func(tx *Txn) error { return tx.PutLayer(l, below) })
 	return l, err
 }
 
 // SetTop re-points the view at another layer stack (after a fork, commit or
 // restore changed it). In-flight calls finish on the old stack first.
 func (f *View) SetTop(top LayerID) error {
-	stack, err := LoadStack(f.ctx, f.store, top)
+	stack, err := loadStack(f.ctx, f.store, top)
 	if err != nil {
 		return err
 	}
@@ -46,4 +46,20 @@ func (f *View) CacheLen() int {
 	f.cacheMu.Lock()
 	defer f.cacheMu.Unlock()
 	return len(f.cache)
+}
+
+// Store returns the store the view is a view of.
+func (f *View) Store() *Store { return f.s }
+
+// openStore is Open for tests: it fails the test on error.
+func openStore(t interface {
+	Helper()
+	Fatal(...any)
+}, st kv.Store, opts Options) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), st, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

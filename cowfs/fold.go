@@ -18,11 +18,13 @@ import (
 // Cut (y's blocks there are dropped, a straddling block trimmed), and the
 // folded record's Cut is the smaller of both. Whiteouts over a bottom layer
 // become plain deletions, unless a record follows them on a probe chain.
-func FoldDown(ctx context.Context, f *View, x, y LayerID) error {
+func (s *Store) FoldDown(ctx context.Context, x, y LayerID) error {
+	f := s.View([]LayerID{x, y})
+	defer f.Close()
 	var yBelow LayerID
 	if err := f.store.View(ctx, func(tx kv.Txn) error {
 		var err error
-		yBelow, err = Below(tx, y)
+		yBelow, err = layerBelow(tx, y)
 		return err
 	}); err != nil {
 		return err

@@ -15,10 +15,11 @@ import (
 // DefaultMaxFileSize is the default Options.MaxFileSize: 1 TiB.
 const DefaultMaxFileSize = 1 << 40
 
-// Options configures a view. The zero value means defaults.
+// Options configures a Store and every view of it. The zero value means
+// defaults.
 type Options struct {
-	// BlockSize is the size of data blocks (default 32 KiB). It must be the
-	// same for every view of a store.
+	// BlockSize is the size of data blocks (default 32 KiB). It must stay
+	// the same for the life of a store.
 	BlockSize int
 	// InlineMax: blocks of at most this many bytes are stored inside their
 	// reference instead of in the content store (default 512).
@@ -30,13 +31,10 @@ type Options struct {
 	ReadOnly bool
 	// Logger receives warnings (default slog.Default()).
 	Logger *slog.Logger
-	// Tracker, when set, records the content hashes a write references so a
-	// concurrent block sweep keeps them (see Tracker).
-	Tracker *Tracker
 	// StatDir is a directory on the store's disk, for StatFS.
 	StatDir string
-	// LegacyNameSlots: the store predates form-insensitive names (see
-	// OpenFormat), so a name that misses is also looked for where such a
+	// LegacyNameSlots: the store predates form-insensitive names (Open
+	// sets it for such a store, see openFormat), so a name that misses is also looked for where such a
 	// store put it.
 	LegacyNameSlots bool
 	// InodeCacheSize bounds the view's cache of which frozen layers hold a
@@ -71,12 +69,14 @@ func (o *Options) EnsureDefaults() {
 // checkpoint. Writes go to the top layer; reads resolve top-down through the
 // stack. It is safe for concurrent use.
 type View struct {
-	store kv.Store   // read only
-	alloc *Allocator // read only
-	opts  Options    // read only
-	bs    uint64     // block size, read only
-	ctx   context.Context
-	stop  context.CancelFunc
+	s       *Store     // the store it is a view of
+	store   kv.Store   // s.kv, read only
+	alloc   *Allocator // s.alloc, read only
+	tracker *Tracker   // s.tracker, read only
+	opts    Options    // s.opts, read only
+	bs      uint64     // block size, read only
+	ctx     context.Context
+	stop    context.CancelFunc
 
 	// Lock order: nsMu or one dataMu stripe, then mu, then cacheMu; a
 	// writer takes the Tracker's lock inside mu (docs/design.md, "Lock
@@ -101,17 +101,6 @@ type View struct {
 	// record of it, top first. Frozen layers never change while they are
 	// in the stack, so entries stay true until the stack changes.
 	cache map[InodeID][]LayerID
-}
-
-// New returns a view of the layer stack whose top layer is top. Unless
-// opts.ReadOnly, writes go to top, which must not be shared with any other
-// view.
-func New(store kv.Store, alloc *Allocator, top LayerID, opts Options) (*View, error) {
-	stack, err := LoadStack(context.Background(), store, top)
-	if err != nil {
-		return nil, err
-	}
-	return NewWithStack(store, alloc, stack, opts), nil
 }
 
 // Lock blocks every call on the view until Unlock; branches uses it to
@@ -282,8 +271,8 @@ type Allocator struct {
 	limit map[string]uint64
 }
 
-// NewAllocator returns the allocator of a store. Use one per store.
-func NewAllocator(store kv.Store) *Allocator {
+// newAllocator returns the allocator of a store. Use one per store.
+func newAllocator(store kv.Store) *Allocator {
 	return &Allocator{store: store, next: map[string]uint64{}, limit: map[string]uint64{}}
 }
 

@@ -12,8 +12,8 @@ import (
 // A layer record holds the layer below it (0 for a bottom layer).
 func encodeLayer(below LayerID) []byte { return u64(nil, uint64(below)) }
 
-// LoadStack returns the stack whose top is top, top first.
-func LoadStack(ctx context.Context, store kv.Store, top LayerID) ([]LayerID, error) {
+// loadStack returns the stack whose top is top, top first.
+func loadStack(ctx context.Context, store kv.Store, top LayerID) ([]LayerID, error) {
 	var stack []LayerID
 	err := store.View(ctx, func(tx kv.Txn) error {
 		stack = stack[:0]
@@ -36,8 +36,8 @@ func LoadStack(ctx context.Context, store kv.Store, top LayerID) ([]LayerID, err
 	return stack, err
 }
 
-// Below returns the layer below l (0 for a bottom layer).
-func Below(tx kv.Txn, l LayerID) (LayerID, error) {
+// layerBelow returns the layer below l (0 for a bottom layer).
+func layerBelow(tx kv.Txn, l LayerID) (LayerID, error) {
 	v, err := tx.Get(layerKey(l))
 	if err != nil {
 		return 0, fmt.Errorf("cowfs: layer %d: %w", l, err)
@@ -54,10 +54,10 @@ func (a *Allocator) NewLayerID(ctx context.Context) (LayerID, error) {
 	return LayerID(v), err
 }
 
-// EachLayer calls fn with every layer of the store and the layer below it
+// eachLayer calls fn with every layer of the store and the layer below it
 // (0 for a bottom layer), in layer order, until fn returns false or an
 // error. With keysOnly, below is not read and fn gets 0 for it.
-func EachLayer(tx kv.Txn, keysOnly bool, fn func(l, below LayerID) (bool, error)) error {
+func eachLayer(tx kv.Txn, keysOnly bool, fn func(l, below LayerID) (bool, error)) error {
 	return tx.Iterate([]byte{pfxLayer}, nil, keysOnly, func(k, v []byte) (bool, error) {
 		if len(k) != 9 || !keysOnly && len(v) < 8 {
 			return false, errCorrupt
@@ -70,13 +70,13 @@ func EachLayer(tx kv.Txn, keysOnly bool, fn func(l, below LayerID) (bool, error)
 	})
 }
 
-// PutLayer records layer l over below, inside the caller's transaction.
-func PutLayer(tx kv.Txn, l, below LayerID) error {
+// putLayer records layer l over below, inside the caller's transaction.
+func putLayer(tx kv.Txn, l, below LayerID) error {
 	return tx.Set(layerKey(l), encodeLayer(below))
 }
 
-// LayerEmpty reports whether layer l holds no inode, entry or data.
-func LayerEmpty(tx kv.Txn, l LayerID) (bool, error) {
+// layerEmpty reports whether layer l holds no inode, entry or data.
+func layerEmpty(tx kv.Txn, l LayerID) (bool, error) {
 	empty := true
 	err := tx.Iterate(layerPrefix(l), nil, true, func(k, v []byte) (bool, error) {
 		empty = false
@@ -85,18 +85,11 @@ func LayerEmpty(tx kv.Txn, l LayerID) (bool, error) {
 	return empty, err
 }
 
-// InitRoot stores the root directory of a new tree in layer l (inside the
-// caller's transaction, which must also PutLayer l).
-func InitRoot(tx kv.Txn, l LayerID, mode, uid, gid uint32, now int64) error {
-	root := &inode{Ino: RootIno, Gen: 1, Type: TypeDir, Mode: mode & ModePerm, Nlink: 2,
-		UID: uid, GID: gid, Atime: now, Mtime: now, Ctime: now}
-	return tx.Set(inodeKey(l, RootIno), root.encode())
-}
-
 // DeleteLayer removes every key of layer l in batches of small transactions
 // (used to reclaim layers nothing references any more). It returns the
 // number of keys removed.
-func DeleteLayer(ctx context.Context, store kv.Store, l LayerID) (int, error) {
+func (s *Store) DeleteLayer(ctx context.Context, l LayerID) (int, error) {
+	store := s.kv
 	total := 0
 	for {
 		var keys [][]byte
@@ -134,23 +127,4 @@ func DeleteLayer(ctx context.Context, store kv.Store, l LayerID) (int, error) {
 		return err
 	})
 	return total, err
-}
-
-// NewTree creates a bottom layer holding an empty root directory and
-// returns it.
-func NewTree(ctx context.Context, store kv.Store, alloc *Allocator, rootMode, uid, gid uint32) (LayerID, error) {
-	l, err := alloc.NewLayerID(ctx)
-	if err != nil {
-		return 0, err
-	}
-	err = store.Update(ctx, func(tx kv.Txn) error { return PutTree(tx, l, rootMode, uid, gid, now()) })
-	return l, err
-}
-
-// PutTree makes l a bottom layer holding an empty root directory, in tx.
-func PutTree(tx kv.Txn, l LayerID, rootMode, uid, gid uint32, mtime int64) error {
-	if err := PutLayer(tx, l, 0); err != nil {
-		return err
-	}
-	return InitRoot(tx, l, rootMode, uid, gid, mtime)
 }

@@ -57,9 +57,9 @@ func (b *syncBuffer) String() string {
 // TestLoggerGetsUnexpectedErrors checks that an error flattened to EIO is
 // logged to the view's Options.Logger, not to the process's default logger.
 func TestLoggerGetsUnexpectedErrors(t *testing.T) {
-	_, st, al := newTestFS(t, Options{})
+	_, st, sto := newTestFS(t, Options{})
 	fst := &failingStore{Store: st}
-	l, err := NewTree(context.Background(), st, al, 0o755, 0, 0)
+	l, err := sto.NewTree(context.Background(), 0o755, 0, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestLoggerGetsUnexpectedErrors(t *testing.T) {
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&defaultLog, nil)))
 	defer slog.SetDefault(old)
-	f, err := New(fst, al, l, Options{Logger: slog.New(slog.NewTextHandler(&viewLog, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	f, err := openStore(t, fst, Options{Logger: slog.New(slog.NewTextHandler(&viewLog, &slog.HandlerOptions{Level: slog.LevelDebug}))}).OpenView(context.Background(), l)
 	if err != nil {
 		t.Fatal(err)
 	}

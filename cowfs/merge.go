@@ -21,24 +21,21 @@ import (
 // caller publishes dst (makes it parent's top) in one small transaction, so
 // a crash before that leaves only an unreferenced layer.
 //
-// cs, ps and bs are the child's, parent's and base's stacks (top first); f
-// is any view of the store (its options are used). Merge takes no view
-// locks, so callers may hold them.
-func Merge(ctx context.Context, f *View, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
-	return merge(ctx, f, cs, ps, bs, dst, ignore, false)
+// cs, ps and bs are the child's, parent's and base's stacks (top first).
+// Merge takes no view locks, so callers may hold them.
+func (s *Store) Merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
+	return s.merge(ctx, cs, ps, bs, dst, ignore, false)
 }
 
 // MergeKeepSilly is Merge for changes that stay in use, such as what a
 // parent wrote while a commit merged into it: silly-renamed files are
 // kept, because the clients that renamed them still have them open.
-func MergeKeepSilly(ctx context.Context, f *View, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
-	return merge(ctx, f, cs, ps, bs, dst, ignore, true)
+func (s *Store) MergeKeepSilly(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool) ([]string, int, error) {
+	return s.merge(ctx, cs, ps, bs, dst, ignore, true)
 }
 
-func merge(ctx context.Context, f *View, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool, keepSilly bool) ([]string, int, error) {
-	child := NewWithStack(f.store, f.alloc, cs, f.opts)
-	parent := NewWithStack(f.store, f.alloc, ps, f.opts)
-	base := NewWithStack(f.store, f.alloc, bs, f.opts)
+func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ignore func(string) bool, keepSilly bool) ([]string, int, error) {
+	child, parent, base := s.View(cs), s.View(ps), s.View(bs)
 	defer child.Close()
 	defer parent.Close()
 	defer base.Close()
@@ -272,7 +269,7 @@ func merge(ctx context.Context, f *View, cs, ps, bs []LayerID, dst LayerID, igno
 		j := min(i+2000, len(writes))
 		// Content written here must survive a concurrent block sweep
 		// until the batch holding its reference commits.
-		err := f.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
+		err := child.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
 			for _, w := range writes[i:j] {
 				var err error
 				switch {
@@ -451,25 +448,6 @@ func (f *View) fullBlocks(tx kv.Txn, st state, ino InodeID, dst LayerID) ([][2][
 		out = append(out, [2][]byte{dataKey(dst, ino, idx), ref})
 	}
 	return out, nil
-}
-
-// NewWithStack returns a view over an explicit stack (top first), such as a
-// read-only base or a staging view. It costs no store access.
-func NewWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *View {
-	opts.EnsureDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	f := &View{store: store, alloc: alloc, opts: opts, bs: uint64(opts.BlockSize),
-		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID][]LayerID{}}
-	f.dirty.Store(true)
-	return f
-}
-
-// NewFreshWithStack is NewWithStack for a stack whose top was just created
-// empty.
-func NewFreshWithStack(store kv.Store, alloc *Allocator, stack []LayerID, opts Options) *View {
-	f := NewWithStack(store, alloc, stack, opts)
-	f.dirty.Store(false)
-	return f
 }
 
 // SetStackLocked replaces the stack (top first); the caller holds Lock.

@@ -66,12 +66,12 @@ const storeFormat = 2
 
 var formatKey = metaKey("format")
 
-// OpenFormat checks the store's format and reports whether it predates
-// form-insensitive names (format 1); set Options.LegacyNameSlots for its
-// views then. A new store (no layer yet) is stamped with the current
+// openFormat checks the store's format and reports whether it predates
+// form-insensitive names (format 1): Open sets Options.LegacyNameSlots
+// then. A new store (no layer yet) is stamped with the current
 // format. A store of a newer format is refused: this build would misread
 // it.
-func OpenFormat(ctx context.Context, store kv.Store) (legacy bool, err error) {
+func openFormat(ctx context.Context, store kv.Store) (legacy bool, err error) {
 	stamp := false
 	// Read first: opening an existing store writes nothing (it may be on
 	// a full disk, or read-only).

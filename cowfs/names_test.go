@@ -127,7 +127,7 @@ func TestNamesFormInsensitive(t *testing.T) {
 // LegacyNameSlots its views still find them in either form.
 func TestLegacyNameSlots(t *testing.T) {
 	ctx := context.Background()
-	f, st, al := newTestFS(t, Options{})
+	f, st, _ := newTestFS(t, Options{})
 	a, err := f.Create(RootIno, nfd, CreateGuarded, NewAttr{Mode: 0o644}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +150,7 @@ func TestLegacyNameSlots(t *testing.T) {
 	if _, err := f.Lookup(RootIno, nfc); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("without LegacyNameSlots: %v, want ENOENT (the test did not move the entry)", err)
 	}
-	g, err := New(st, al, top, Options{LegacyNameSlots: true})
+	g, err := openStore(t, st, Options{LegacyNameSlots: true}).OpenView(ctx, top)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,21 +173,21 @@ func TestOpenFormat(t *testing.T) {
 	ctx := context.Background()
 	open := func() kv.Store { return kvtest.NewStore(t) }
 	st := open()
-	if legacy, err := OpenFormat(ctx, st); err != nil || legacy {
+	if legacy, err := openFormat(ctx, st); err != nil || legacy {
 		t.Fatalf("new store: legacy=%v err=%v", legacy, err)
 	}
-	if _, err := NewTree(ctx, st, NewAllocator(st), 0o755, 0, 0); err != nil {
+	if _, err := newStore(st, Options{}).NewTree(ctx, 0o755, 0, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if legacy, err := OpenFormat(ctx, st); err != nil || legacy {
+	if legacy, err := openFormat(ctx, st); err != nil || legacy {
 		t.Fatalf("reopened new store: legacy=%v err=%v", legacy, err)
 	}
 
 	old := open() // layers but no format key: written before format 2
-	if _, err := NewTree(ctx, old, NewAllocator(old), 0o755, 0, 0); err != nil {
+	if _, err := newStore(old, Options{}).NewTree(ctx, 0o755, 0, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if legacy, err := OpenFormat(ctx, old); err != nil || !legacy {
+	if legacy, err := openFormat(ctx, old); err != nil || !legacy {
 		t.Fatalf("format 1 store: legacy=%v err=%v", legacy, err)
 	}
 
@@ -195,7 +195,7 @@ func TestOpenFormat(t *testing.T) {
 	if err := newer.Update(ctx, func(tx kv.Txn) error { return tx.Set(formatKey, u64(nil, storeFormat+1)) }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenFormat(ctx, newer); !errors.Is(err, ErrFormat) {
+	if _, err := Open(ctx, newer, Options{}); !errors.Is(err, ErrFormat) {
 		t.Fatalf("newer format: %v, want ErrFormat", err)
 	}
 }

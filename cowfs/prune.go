@@ -23,9 +23,8 @@ import (
 // leaves x only for an inode no layer below holds. Each step re-reads in
 // its transaction what of x it relies on, so a concurrent write to x
 // conflicts with it and it retries.
-//
-// bs is the store's block size.
-func PruneShadowed(ctx context.Context, store kv.Store, x, y LayerID, bs uint64) (int, error) {
+func (s *Store) PruneShadowed(ctx context.Context, x, y LayerID) (int, error) {
+	store, bs := s.kv, uint64(s.opts.BlockSize)
 	pruned := 0
 	scan := append(layerPrefix(x), kindInode)
 	var start []byte

@@ -29,7 +29,7 @@ func countData(t *testing.T, st kv.Store, l LayerID, ino InodeID) int {
 func TestPruneShadowed(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
-	f, st, al := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
+	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(7, 8))
 	models := map[InodeID][]byte{}
 	mk := func(name string, size int) InodeID {
@@ -49,7 +49,7 @@ func TestPruneShadowed(t *testing.T) {
 	deleted := mk("deleted", 8*bs)
 	untouched := mk("untouched", 3*bs)
 	y := f.Top()
-	x, err := NewLayerOver(ctx, st, al, y)
+	x, err := sto.NewLayerOver(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestPruneShadowed(t *testing.T) {
 		}
 	}
 	check("before")
-	n, err := PruneShadowed(ctx, st, x, y, bs)
+	n, err := sto.PruneShadowed(ctx, x, y)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestPruneShadowed(t *testing.T) {
 	truncate(shrunk, 8*bs)
 	write(rewritten, 10*bs, []byte("tail"))
 	check("after growing")
-	if n, err := PruneShadowed(ctx, st, x, y, bs); err != nil || n != 0 {
+	if n, err := sto.PruneShadowed(ctx, x, y); err != nil || n != 0 {
 		t.Fatalf("second prune: %d, %v; want nothing left", n, err)
 	}
 	check("after a second prune")

@@ -35,7 +35,7 @@ func (r *refLog) content(h []byte) { r.hashes = append(r.hashes, append([]byte(n
 // updateRefs runs fn in a read-write transaction under the tracker, and
 // records for a running sweep the hashes the committed attempt logged.
 func (f *View) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
-	return updateRefsWith(ctx, f.store, f.opts.Tracker, fn)
+	return updateRefsWith(ctx, f.store, f.tracker, fn)
 }
 
 // updateRefsWith is updateRefs for a store and tracker without a view.

@@ -3,65 +3,35 @@ package cowfs
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/branchnfs/branchnfs/kv"
 )
 
 // sweepAround runs one block sweep the way branches' reclaimer does, with
 // between run after its mark snapshot and before its deletions: content
 // unreferenced in the snapshot is deleted unless a write recorded it.
 // Every layer counts as live (a stricter sweep deletes only more).
-func sweepAround(t *testing.T, tr *Tracker, st kv.Store, between func()) {
+func sweepAround(t *testing.T, s *Store, between func()) {
 	t.Helper()
-	var snap kv.Snapshot
-	tr.Begin(func() { snap = st.NewSnapshot() })
-	defer tr.End()
-	marked := map[string]bool{}
-	var layers []LayerID
-	err := snap.Iterate([]byte{pfxLayer}, nil, true, func(k, _ []byte) (bool, error) {
-		layers = append(layers, LayerID(binary.BigEndian.Uint64(k[1:])))
-		return true, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		if err := ReferencedHashes(snap, l, func(h []byte) { marked[string(h)] = true }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var cands [][]byte
-	err = ContentHashes(snap, func(h []byte) bool {
-		if !marked[string(h)] {
-			cands = append(cands, append([]byte(nil), h...))
-		}
-		return true
-	})
-	snap.Discard()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cands) == 0 {
-		t.Fatal("the sweep has no candidate: the test set-up left no unreferenced content")
-	}
-	between()
-	err = tr.Sweep(func(seen func([]byte) bool) error {
-		return st.Update(context.Background(), func(tx kv.Txn) error {
-			for _, h := range cands {
-				if !seen(h) {
-					if err := DeleteContent(tx, h); err != nil {
-						return err
-					}
-				}
-			}
-			return nil
+	w, err := s.BeginSweep(func(tx *Txn) ([]LayerID, error) {
+		var layers []LayerID
+		err := eachLayer(tx.tx, true, func(l, _ LayerID) (bool, error) {
+			layers = append(layers, l)
+			return true, nil
 		})
+		return layers, err
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	defer w.End()
+	between()
+	n, err := w.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n == 0 {
+		t.Fatal("the sweep has no candidate: the test set-up left no unreferenced content")
 	}
 }
 
@@ -105,8 +75,7 @@ func readAll(t *testing.T, f *View, ino InodeID, n int) []byte {
 // storing it; the sweep must keep it.
 func TestReclaimRaceTruncate(t *testing.T) {
 	const bs = 4096
-	tr := NewTracker()
-	f, st, _ := newTestFS(t, Options{BlockSize: bs, InlineMax: 64, Tracker: tr})
+	f, _, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(1, 2))
 	first, p := randBytes(r, bs), randBytes(r, 1000)
 	leaveGarbage(t, f, "garbage", first, p)
@@ -120,7 +89,7 @@ func TestReclaimRaceTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = want[:bs+len(p)]
-	sweepAround(t, tr, st, func() {
+	sweepAround(t, sto, func() {
 		size := uint64(len(want))
 		if _, err := f.SetAttr(b.Ino, SetAttr{Size: &size}); err != nil {
 			t.Fatal(err)
@@ -137,9 +106,7 @@ func TestReclaimRaceTruncate(t *testing.T) {
 func TestReclaimRaceFoldTrim(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
-	tr := NewTracker()
-	opts := Options{BlockSize: bs, InlineMax: 64, Tracker: tr}
-	f, st, al := newTestFS(t, opts)
+	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(3, 4))
 	first, p := randBytes(r, bs), randBytes(r, 1000)
 	leaveGarbage(t, f, "garbage", first, p)
@@ -154,7 +121,7 @@ func TestReclaimRaceFoldTrim(t *testing.T) {
 	want = want[:bs+len(p)]
 	// Truncate in a layer x over y: x's record cuts y's second block.
 	y := f.Top()
-	x, err := NewLayerOver(ctx, st, al, y)
+	x, err := sto.NewLayerOver(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,12 +132,12 @@ func TestReclaimRaceFoldTrim(t *testing.T) {
 	if _, err := f.SetAttr(b.Ino, SetAttr{Size: &size}); err != nil {
 		t.Fatal(err)
 	}
-	sweepAround(t, tr, st, func() {
-		if err := FoldDown(ctx, f, x, y); err != nil {
+	sweepAround(t, sto, func() {
+		if err := sto.FoldDown(ctx, x, y); err != nil {
 			t.Fatal(err)
 		}
 	})
-	folded, err := New(st, al, y, Options{BlockSize: bs, InlineMax: 64, ReadOnly: true})
+	folded, err := openStore(t, st, Options{BlockSize: bs, InlineMax: 64, ReadOnly: true}).OpenView(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}

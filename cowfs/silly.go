@@ -60,7 +60,8 @@ func isHex(s string) bool {
 // without a name are deleted; their blocks in the top layer stay until
 // PurgeData (a transaction must stay small), and it returns those inodes.
 // The caller holds Lock. Cost: O(index keys of layers).
-func (f *View) DropSillyLocked(tx kv.Txn, layers []LayerID) ([]InodeID, error) {
+func (f *View) DropSillyLocked(t *Txn, layers []LayerID) ([]InodeID, error) {
+	tx := t.tx
 	if f.err != nil {
 		return nil, syscall.ESTALE
 	}
@@ -177,7 +178,8 @@ func (f *View) dropSillyEntry(tx kv.Txn, st state, dir InodeID, s uint64) (Inode
 
 // PurgeData deletes layer l's blocks of inodes that are deleted in l (as
 // DropSillyLocked leaves them), in batches of small transactions.
-func PurgeData(ctx context.Context, store kv.Store, l LayerID, inos []InodeID) error {
+func (s *Store) PurgeData(ctx context.Context, l LayerID, inos []InodeID) error {
+	store := s.kv
 	for _, ino := range inos {
 		for {
 			var keys [][]byte

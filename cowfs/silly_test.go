@@ -5,8 +5,6 @@ import (
 	"errors"
 	"syscall"
 	"testing"
-
-	"github.com/branchnfs/branchnfs/kv"
 )
 
 func TestIsSillyName(t *testing.T) {
@@ -36,9 +34,9 @@ func TestIsSillyName(t *testing.T) {
 // still finds the entries it names.
 func TestFoldKeepsSillyIndex(t *testing.T) {
 	ctx := context.Background()
-	f, st, al := newTestFS(t, Options{})
+	f, _, sto := newTestFS(t, Options{})
 	y := f.Top()
-	x, err := NewLayerOver(ctx, st, al, y)
+	x, err := sto.NewLayerOver(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,16 +50,16 @@ func TestFoldKeepsSillyIndex(t *testing.T) {
 	if err := f.Rename(RootIno, "f", RootIno, ".nfs.00000001.0002"); err != nil {
 		t.Fatal(err)
 	}
-	if err := FoldDown(ctx, f, x, y); err != nil {
+	if err := sto.FoldDown(ctx, x, y); err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(st, al, y, Options{})
+	g, err := sto.OpenView(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.Lock()
 	var gone []InodeID
-	err = st.Update(ctx, func(tx kv.Txn) error {
+	err = sto.Update(ctx, func(tx *Txn) error {
 		var err error
 		gone, err = g.DropSillyLocked(tx, []LayerID{y})
 		return err

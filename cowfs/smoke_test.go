@@ -11,24 +11,28 @@ import (
 	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
-func newTestFS(t testing.TB, opts Options) (*View, kv.Store, *Allocator) {
+func newTestFS(t testing.TB, opts Options) (*View, kv.Store, *Store) {
 	t.Helper()
 	st := kvtest.NewStore(t)
-	al := NewAllocator(st)
-	l, err := NewTree(context.Background(), st, al, 0o755, 0, 0)
+	s, f := newTestTree(t, st, opts)
+	return f, st, s
+}
+
+// newTestTree opens the Store of st and returns it with a view of a new
+// tree.
+func newTestTree(t testing.TB, st kv.Store, opts Options) (*Store, *View) {
+	t.Helper()
+	s := openStore(t, st, opts)
+	l, err := s.NewTree(context.Background(), 0o755, 0, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(st, al, l, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f, st, al
+	return s, s.View([]LayerID{l})
 }
 
 func TestSmokeLayers(t *testing.T) {
 	ctx := context.Background()
-	f, st, al := newTestFS(t, Options{BlockSize: 4096})
+	f, _, sto := newTestFS(t, Options{BlockSize: 4096})
 	b := f.Billy()
 	if err := b.MkdirAll("a/b", 0o755); err != nil {
 		t.Fatal(err)
@@ -44,12 +48,12 @@ func TestSmokeLayers(t *testing.T) {
 	w.Close()
 	// Freeze and fork: child over the same base.
 	base := f.Top()
-	ptop, _ := NewLayerOver(ctx, st, al, base)
+	ptop, _ := sto.NewLayerOver(ctx, base)
 	if err := f.SetTop(ptop); err != nil {
 		t.Fatal(err)
 	}
-	ctop, _ := NewLayerOver(ctx, st, al, base)
-	c, err := New(st, al, ctop, Options{BlockSize: 4096})
+	ctop, _ := sto.NewLayerOver(ctx, base)
+	c, err := sto.OpenView(ctx, ctop)
 	if err != nil {
 		t.Fatal(err)
 	}

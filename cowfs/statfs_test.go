@@ -1,7 +1,6 @@
 package cowfs
 
 import (
-	"context"
 	"os"
 	"runtime"
 	"syscall"
@@ -33,15 +32,7 @@ func TestStatFSReportsTheStoreDisk(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			al := NewAllocator(st)
-			l, err := NewTree(context.Background(), st, al, 0o755, 0, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := New(st, al, l, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, f := newTestTree(t, st, Options{})
 			got, err := f.StatFS()
 			if err != nil {
 				t.Fatal(err)

@@ -59,7 +59,7 @@ func TestRenameAlongProbeChain(t *testing.T) {
 func TestFoldKeepsWhiteoutInProbeChain(t *testing.T) {
 	narrowSlots(t, 0xff)
 	ctx := context.Background()
-	f, st, al := newTestFS(t, Options{})
+	f, _, sto := newTestFS(t, Options{})
 	names := colliding(t, 3)
 	for _, n := range names {
 		if _, err := f.Create(RootIno, n, CreateGuarded, NewAttr{Mode: 0o644}, 0); err != nil {
@@ -67,7 +67,7 @@ func TestFoldKeepsWhiteoutInProbeChain(t *testing.T) {
 		}
 	}
 	y := f.Top()
-	x, err := NewLayerOver(ctx, st, al, y)
+	x, err := sto.NewLayerOver(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +79,10 @@ func TestFoldKeepsWhiteoutInProbeChain(t *testing.T) {
 	if err := f.Unlink(RootIno, names[0]); err != nil {
 		t.Fatal(err)
 	}
-	if err := FoldDown(ctx, f, x, y); err != nil {
+	if err := sto.FoldDown(ctx, x, y); err != nil {
 		t.Fatal(err)
 	}
-	g, err := New(st, al, y, Options{})
+	g, err := sto.OpenView(ctx, y)
 	if err != nil {
 		t.Fatal(err)
 	}

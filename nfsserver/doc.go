@@ -19,7 +19,7 @@
 // # Procedures
 //
 // Every NFSv3 procedure (RFC 1813) and every MOUNT v3 procedure is
-// implemented here over the inode-level API of cowfs.FS. XDR is decoded
+// implemented here over the inode-level API of cowfs.View. XDR is decoded
 // from the record buffer without copying; a length that claims more bytes
 // than the record holds is GARBAGE_ARGS, so absurd sizes are never
 // allocated. go-nfs supplies the NFS status constants.

@@ -23,15 +23,15 @@ import (
 func newFS(t *testing.T) *cowfs.View {
 	t.Helper()
 	st := kvtest.NewStore(t)
-	al := cowfs.NewAllocator(st)
-	l, err := cowfs.NewTree(context.Background(), st, al, 0o755, 0, 0)
+	s, err := cowfs.Open(context.Background(), st, cowfs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := cowfs.New(st, al, l, cowfs.Options{})
+	l, err := s.NewTree(context.Background(), 0o755, 0, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := s.View([]cowfs.LayerID{l})
 	t.Cleanup(func() { f.Close() })
 	return f
 }

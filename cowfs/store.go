@@ -1,0 +1,195 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Store is the copy-on-write filesystem of one kv.Store. It owns every key
+// cowfs defines ('l', 'L', 'c' and 'M'), the id allocator, the block
+// tracker and the options every view shares; views, new trees, merges,
+// folds and the block sweep all start from it. A caller keeps its own
+// keys (other prefixes) in the same kv.Store, through KV or a Txn's KV.
+// It is safe for concurrent use.
+type Store struct {
+	kv      kv.Store   // read only
+	alloc   *Allocator // read only
+	tracker *Tracker   // read only
+	opts    Options    // read only, defaults filled in
+}
+
+// Open returns the Store of st. It checks the store's format (see
+// openFormat: a new store is stamped with the current one, a store of a
+// newer format is refused with ErrFormat) and sets opts.LegacyNameSlots
+// for a store that predates form-insensitive names. Use one Store per
+// kv.Store: the allocator and the tracker must be the only ones.
+func Open(ctx context.Context, st kv.Store, opts Options) (*Store, error) {
+	if st == nil {
+		return nil, errors.New("cowfs: Open: the kv.Store is nil")
+	}
+	legacy, err := openFormat(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	opts.LegacyNameSlots = opts.LegacyNameSlots || legacy
+	return newStore(st, opts), nil
+}
+
+// newStore is Open without the format check.
+func newStore(st kv.Store, opts Options) *Store {
+	opts.EnsureDefaults()
+	return &Store{kv: st, alloc: newAllocator(st), tracker: &Tracker{}, opts: opts}
+}
+
+// KV returns the underlying kv.Store, for the caller's own keys: cowfs's
+// keys are read and written only through the Store's methods.
+func (s *Store) KV() kv.Store { return s.kv }
+
+// Options returns the store's options, defaults filled in.
+func (s *Store) Options() Options { return s.opts }
+
+// View returns a view of stack (top first). Unless Options.ReadOnly,
+// writes go to stack[0], which must not be the top of any other view. It
+// costs no store access.
+func (s *Store) View(stack []LayerID) *View {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &View{s: s, store: s.kv, alloc: s.alloc, tracker: s.tracker, opts: s.opts, bs: uint64(s.opts.BlockSize),
+		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID][]LayerID{}}
+	f.dirty.Store(true)
+	return f
+}
+
+// FreshView is View for a stack whose top was just created empty:
+// TopDirty reports false until something writes.
+func (s *Store) FreshView(stack []LayerID) *View {
+	f := s.View(stack)
+	f.dirty.Store(false)
+	return f
+}
+
+// OpenView returns a view of the stack whose top is top, read from the
+// store.
+func (s *Store) OpenView(ctx context.Context, top LayerID) (*View, error) {
+	stack, err := s.Stack(ctx, top)
+	if err != nil {
+		return nil, err
+	}
+	return s.View(stack), nil
+}
+
+// Stack returns the stack whose top is top, top first.
+func (s *Store) Stack(ctx context.Context, top LayerID) ([]LayerID, error) {
+	return loadStack(ctx, s.kv, top)
+}
+
+// NewLayerID allocates a layer id. Nothing is stored until Txn.PutLayer.
+func (s *Store) NewLayerID(ctx context.Context) (LayerID, error) { return s.alloc.NewLayerID(ctx) }
+
+// Next returns a new value of the named store-wide counter (see
+// Allocator.Next): the caller's ids, such as branch ids, come from here.
+func (s *Store) Next(ctx context.Context, counter string) (uint64, error) {
+	return s.alloc.Next(ctx, counter)
+}
+
+// NewTree creates a bottom layer holding an empty root directory with the
+// given mode and owner, and returns it. with, when not nil, runs in the
+// same transaction (to store the caller's record of the tree), so either
+// both are stored or neither is.
+func (s *Store) NewTree(ctx context.Context, rootMode, uid, gid uint32, with func(tx *Txn, l LayerID) error) (LayerID, error) {
+	l, err := s.NewLayerID(ctx)
+	if err != nil {
+		return 0, err
+	}
+	err = s.Update(ctx, func(tx *Txn) error {
+		if err := tx.PutLayer(l, 0); err != nil {
+			return err
+		}
+		t := now()
+		root := &inode{Ino: RootIno, Gen: 1, Type: TypeDir, Mode: rootMode & ModePerm, Nlink: 2,
+			UID: uid, GID: gid, Atime: t, Mtime: t, Ctime: t}
+		if err := tx.tx.Set(inodeKey(l, RootIno), root.encode()); err != nil {
+			return err
+		}
+		if with != nil {
+			return with(tx, l)
+		}
+		return nil
+	})
+	return l, err
+}
+
+// Txn is one transaction over the store: its methods read and write
+// cowfs's keys, and KV gives the caller the same transaction for its own.
+// Like a kv.Txn, it must not be used after the callback that received it
+// returns, and a read-write one may run more than once.
+type Txn struct{ tx kv.Txn }
+
+// KV returns the transaction, for the caller's own keys.
+func (t *Txn) KV() kv.Txn { return t.tx }
+
+// Update runs fn in a read-write transaction (see kv.Store.Update).
+func (s *Store) Update(ctx context.Context, fn func(tx *Txn) error) error {
+	return s.kv.Update(ctx, func(tx kv.Txn) error { return fn(&Txn{tx}) })
+}
+
+// Read runs fn in a read-only snapshot transaction (see kv.Store.View).
+func (s *Store) Read(ctx context.Context, fn func(tx *Txn) error) error {
+	return s.kv.View(ctx, func(tx kv.Txn) error { return fn(&Txn{tx}) })
+}
+
+// PutLayer records layer l over below (0 for a bottom layer). A new layer
+// is empty; over an existing one, it re-points l.
+func (t *Txn) PutLayer(l, below LayerID) error { return putLayer(t.tx, l, below) }
+
+// Below returns the layer below l (0 for a bottom layer).
+func (t *Txn) Below(l LayerID) (LayerID, error) { return layerBelow(t.tx, l) }
+
+// LayerEmpty reports whether layer l holds no inode, entry or data.
+func (s *Store) LayerEmpty(ctx context.Context, l LayerID) (bool, error) {
+	var empty bool
+	err := s.kv.View(ctx, func(tx kv.Txn) error {
+		var err error
+		empty, err = layerEmpty(tx, l)
+		return err
+	})
+	return empty, err
+}
+
+// Sync makes everything written so far durable against power loss.
+func (s *Store) Sync(ctx context.Context) error { return s.kv.Sync(ctx) }
+
+// Referrers counts, for every layer with a layer over it, the layers
+// directly over it.
+func (t *Txn) Referrers() (map[LayerID]int, error) {
+	refs := map[LayerID]int{}
+	err := eachLayer(t.tx, false, func(_, below LayerID) (bool, error) {
+		if below != 0 {
+			refs[below]++
+		}
+		return true, nil
+	})
+	return refs, err
+}
+
+// Repoint puts every layer that lies directly over x over y instead (after
+// FoldDown copied x into y).
+func (t *Txn) Repoint(x, y LayerID) error {
+	var over []LayerID
+	err := eachLayer(t.tx, false, func(l, below LayerID) (bool, error) {
+		if below == x {
+			over = append(over, l)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, l := range over {
+		if err := putLayer(t.tx, l, y); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package cowfs
+
+import (
+	"context"
+	"slices"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Reclaiming storage. A layer that no live stack holds is garbage (layer
+// ids are never reused, so it stays garbage): Txn.Unreachable finds such
+// layers and Store.DeleteLayer deletes them. Block content that no block
+// reference of a live layer uses is garbage too: a Sweep deletes it,
+// while writers go on, with the Tracker keeping what they reference
+// meanwhile.
+
+// reachable returns every layer in the stack of one of roots.
+func reachable(tx kv.Txn, roots []LayerID) (map[LayerID]bool, error) {
+	live := map[LayerID]bool{}
+	for _, top := range roots {
+		for l := top; l != 0 && !live[l]; {
+			live[l] = true
+			below, err := layerBelow(tx, l)
+			if err != nil {
+				return nil, err
+			}
+			l = below
+		}
+	}
+	return live, nil
+}
+
+// Reachable returns, in layer order, every layer in the stack of one of
+// roots.
+func (t *Txn) Reachable(roots []LayerID) ([]LayerID, error) {
+	live, err := reachable(t.tx, roots)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LayerID, 0, len(live))
+	for l := range live {
+		out = append(out, l)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Unreachable returns, in layer order, every layer of the store that is in
+// the stack of none of roots.
+func (t *Txn) Unreachable(roots []LayerID) ([]LayerID, error) {
+	live, err := reachable(t.tx, roots)
+	if err != nil {
+		return nil, err
+	}
+	var garbage []LayerID
+	err = eachLayer(t.tx, true, func(l, _ LayerID) (bool, error) {
+		if !live[l] {
+			garbage = append(garbage, l)
+		}
+		return true, nil
+	})
+	return garbage, err
+}
+
+// sweepBatch is how many blocks one sweep transaction deletes. Each runs
+// under the tracker's write lock, which every data write waits for, so it
+// stays small: a few milliseconds.
+const sweepBatch = 256
+
+// Sweep is one block sweep, from BeginSweep to End.
+type Sweep struct {
+	s    *Store
+	snap kv.Snapshot
+	live map[LayerID]bool
+}
+
+// BeginSweep starts a block sweep. roots runs once, on the snapshot the
+// sweep marks from, and returns the layers whose stacks are live (every
+// layer of those stacks is); from then on every write records the content
+// it references, so Run keeps it. The caller keeps roots' answer in step
+// with the store (holds what stops stacks from changing) until BeginSweep
+// returns, runs one sweep at a time (a second would drop the first's
+// records), and calls End.
+func (s *Store) BeginSweep(roots func(tx *Txn) ([]LayerID, error)) (*Sweep, error) {
+	w := &Sweep{s: s}
+	var err error
+	s.tracker.Begin(func() {
+		w.snap = s.kv.NewSnapshot()
+		var rs []LayerID
+		if rs, err = roots(&Txn{w.snap}); err == nil {
+			w.live, err = reachable(w.snap, rs)
+		}
+	})
+	if err != nil {
+		w.End()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Run deletes the content no live layer references in the snapshot,
+// except what writes referenced since BeginSweep, in small transactions.
+// It returns how many unreferenced blocks it found and went through (those
+// a write referenced meanwhile included), also when it fails part way.
+func (w *Sweep) Run(ctx context.Context) (int, error) {
+	marked := map[[32]byte]struct{}{}
+	for l := range w.live {
+		err := w.snap.Iterate(append(layerPrefix(l), kindData), nil, false, func(k, v []byte) (bool, error) {
+			refHashes(v, func(h []byte) { marked[[32]byte(h)] = struct{}{} })
+			return true, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+	}
+	var cands [][]byte
+	err := w.snap.Iterate([]byte{pfxContent}, nil, true, func(k, _ []byte) (bool, error) {
+		if h := k[1:]; len(h) == 32 {
+			if _, ok := marked[[32]byte(h)]; !ok {
+				cands = append(cands, append([]byte(nil), h...))
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := 0; i < len(cands); i += sweepBatch {
+		batch := cands[i:min(i+sweepBatch, len(cands))]
+		err := w.s.tracker.Sweep(func(seen func([]byte) bool) error {
+			return w.s.kv.Update(ctx, func(tx kv.Txn) error {
+				for _, h := range batch {
+					if seen(h) {
+						continue
+					}
+					if err := tx.Delete(contentKey(h)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return n, err
+		}
+		n += len(batch)
+	}
+	return n, nil
+}
+
+// End ends the sweep: writes stop recording, the snapshot is released.
+func (w *Sweep) End() {
+	w.s.tracker.End()
+	if w.snap != nil {
+		w.snap.Discard()
+		w.snap = nil
+	}
+}
