@@ -55,7 +55,7 @@ func TestRefHashesEveryKind(t *testing.T) {
 func sum(p []byte) [32]byte { return sha256.Sum256(p) }
 
 // layerRefs returns the references layer l holds for ino, by block index.
-func layerRefs(t *testing.T, st kv.Store, l LayerID, ino InodeID) map[uint64][]byte {
+func layerRefs(t testing.TB, st kv.Store, l LayerID, ino InodeID) map[uint64][]byte {
 	t.Helper()
 	out := map[uint64][]byte{}
 	err := st.View(context.Background(), func(tx kv.Txn) error {

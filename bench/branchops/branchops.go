@@ -1,7 +1,8 @@
 // Package branchops measures branch operations (fork, commit, abort)
 // in-process on a real Badger store, and the storage growth workloads EDIT16
 // and Prepend (16 scattered 10-byte edits, and a 10-byte prepend, of a
-// 32 MiB file).
+// 32 MiB file), and PrependKept (the prepend left uncommitted in a branch,
+// so that both versions stay reachable).
 package branchops
 
 import (
@@ -254,7 +255,7 @@ func settle(ctx context.Context, s *Store) (int64, int64, error) {
 	return du, kvs, err
 }
 
-// Growth runs workload ("EDIT16" or "Prepend") on a fresh store in dir that
+// Growth runs workload ("EDIT16", "Prepend" or "PrependKept") on a fresh store in dir that
 // holds one 32 MiB file of pseudo-random bytes (data) in main.
 func Growth(ctx context.Context, dir, workload string, data []byte) (GrowthResult, error) {
 	res := GrowthResult{Workload: workload}
@@ -277,6 +278,8 @@ func Growth(ctx context.Context, dir, workload string, data []byte) (GrowthResul
 		err = edit16(ctx, s.M)
 	case "Prepend":
 		err = prepend(ctx, s.M, data)
+	case "PrependKept":
+		err = prependKept(ctx, s.M, data)
 	default:
 		err = fmt.Errorf("unknown workload %q", workload)
 	}
@@ -338,6 +341,23 @@ func prepend(ctx context.Context, m *branches.Manager, data []byte) error {
 	}
 	_, err = m.Commit(ctx, "prepend")
 	return err
+}
+
+// prependKept is prepend without the commit: the branch holds the
+// prepended copy, main the original, so both stay reachable.
+func prependKept(ctx context.Context, m *branches.Manager, data []byte) error {
+	if _, err := m.Fork(ctx, "main", "kept"); err != nil {
+		return err
+	}
+	buf := append([]byte("PREPEND010"), data...)
+	if _, err := WriteFile(m, "kept", cowfs.RootIno, "big.bin.new", buf); err != nil {
+		return err
+	}
+	v, _, err := m.View("kept")
+	if err != nil {
+		return err
+	}
+	return v.Rename(cowfs.RootIno, "big.bin.new", cowfs.RootIno, "big.bin")
 }
 
 // Available reports whether the branches package is implemented (the

@@ -45,6 +45,21 @@ func TestGrowthEdit16(t *testing.T) {
 	}
 }
 
+// TestGrowthPrependKept: a copy of the 32 MiB file with 10 bytes
+// prepended, kept in a branch beside the original, is stored once: after
+// the settle step's GC rechunks both, it adds well under 1 MiB (a second
+// copy would add 32).
+func TestGrowthPrependKept(t *testing.T) {
+	data := workload.Data(6, fileSize)
+	r, err := Growth(context.Background(), t.TempDir(), "PrependKept", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.AddedMiB > 1 {
+		t.Fatalf("PrependKept added %.2f MiB, want < 1 MiB (the shifted copy shares the original's chunks)", r.AddedMiB)
+	}
+}
+
 func TestDirSize(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "a"), 0o755); err != nil {
