@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README.md): installs what the tests need, then runs them.
 # As root on Debian it installs missing packages with apt-get; elsewhere the
-# suites that need them skip with a message (and fail when CI=true).
+# suites that need them skip with a message (and fail when CI=true). As any
+# user it builds versitygw once per machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,5 +22,22 @@ if ((${#need[@]})); then
 fi
 
 go mod download
+
+# versitygw, the S3 server the object-storage tests (blobs) start: built
+# once per version next to the Go build cache, so later runs on the same
+# machine reuse it. Keep the version equal to internal/testbin's
+# VersitygwVersion.
+versitygw_version=v1.8.0
+tools="$(go env GOCACHE)/../branchnfs-tools/versitygw-$versitygw_version"
+if [ ! -x "$tools/versitygw" ]; then
+	echo "test.sh: building versitygw $versitygw_version into $tools (once per machine, a minute or more)"
+	rm -rf "$tools.tmp"
+	GOBIN="$tools.tmp" GOFLAGS= go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
+	mkdir -p "$tools"
+	mv "$tools.tmp/versitygw" "$tools/versitygw"
+	rm -rf "$tools.tmp"
+fi
+export BRANCHNFS_VERSITYGW="$tools/versitygw"
+
 go vet ./...
 go test -count=1 -timeout 28m "$@" ./...

@@ -21,6 +21,7 @@ var layers = map[string]int{
 	"kv/kvtest":                     0,
 	"kv/etcdkv":                     0,
 	"kv/etcdkv/etcdtest":            0,
+	"blobs":                         0,
 	"cowfs":                         1,
 	"cowfs/importdir":               1,
 	"branches":                      2,
@@ -42,6 +43,7 @@ var topPrefixes = []string{"bench/", "tests/", "internal/"}
 var onlyIn = map[string][]string{
 	"github.com/dgraph-io/badger": {"kv"},
 	"go.etcd.io/etcd":             {"kv/etcdkv", "kv/etcdkv/etcdtest"},
+	"github.com/minio/minio-go":   {"blobs"},
 }
 
 type pkg struct {

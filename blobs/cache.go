@@ -1,0 +1,373 @@
+package blobs
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// CacheOptions configures a Cache.
+type CacheOptions struct {
+	// Dir holds the cached blobs (created if need be). One Cache at a
+	// time may use it.
+	Dir string
+	// MaxBytes bounds the bytes of the cached blobs (default 1 GiB); the
+	// filesystem adds up to a block per file. A blob larger than it is
+	// not cached.
+	MaxBytes int64
+	// Logger receives warnings when the cache cannot write or finds a
+	// corrupt file (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills zero fields with defaults.
+func (o *CacheOptions) EnsureDefaults() {
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 1 << 30
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// CacheStats counts what a Cache did since it was opened.
+type CacheStats struct {
+	Hits, Misses int64 // Gets served from the cache, and from the backing store
+	Corrupt      int64 // cached files whose content did not match their key
+	Evicted      int64 // files removed to stay under MaxBytes
+	Files        int   // files cached now
+	Bytes        int64 // their bytes
+}
+
+// Cache is a Store that keeps the most recently used blobs of another
+// Store in files on local disk. Put writes through: it returns once the
+// backing store has the blob. Get checks a cached file against its key
+// before returning it; a file that does not match is removed and the blob
+// fetched again. The files of a previous Cache on the same directory are
+// used again, their modification times giving their recency.
+type Cache struct {
+	back Store
+	o    CacheOptions // read only
+	tmp  string       // directory of files being written
+	sf   singleflight.Group
+
+	// mu protects the index and the directory's blob files: a file is
+	// renamed into place, or removed, only under it, so the index lists
+	// exactly the files present (unless someone else removes one, which
+	// reads notice). Reads of cached files and the backing store's calls
+	// run without it. It is the only lock of a Cache.
+	mu     sync.Mutex
+	lru    *list.List            // of *cacheEntry, most recently used first
+	idx    map[Key]*list.Element // of lru
+	bytes  int64
+	closed bool
+
+	hits, misses, corrupt, evicted atomic.Int64
+	lastWarn                       atomic.Int64 // unix nanoseconds of the last write warning
+}
+
+type cacheEntry struct {
+	key  Key
+	size int64
+}
+
+var _ Store = (*Cache)(nil)
+
+// OpenCache opens the cache in o.Dir in front of back. Closing the cache
+// closes back.
+func OpenCache(back Store, o CacheOptions) (*Cache, error) {
+	o.EnsureDefaults()
+	if o.Dir == "" {
+		return nil, errors.New("blobs: the cache needs a directory")
+	}
+	c := &Cache{back: back, o: o, tmp: filepath.Join(o.Dir, "tmp"), lru: list.New(), idx: map[Key]*list.Element{}}
+	// Files being written when the last process stopped are incomplete.
+	if err := os.RemoveAll(c.tmp); err != nil {
+		return nil, fmt.Errorf("blobs: cache %s: %w", o.Dir, err)
+	}
+	if err := os.MkdirAll(c.tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("blobs: cache %s: %w; give a directory this user can write", o.Dir, err)
+	}
+	type found struct {
+		cacheEntry
+		mtime time.Time
+	}
+	var files []found
+	err := filepath.WalkDir(o.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != o.Dir && path != c.tmp && len(d.Name()) != 2 {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		k, err := ParseKey(d.Name())
+		if err != nil || filepath.Dir(path) != filepath.Join(o.Dir, d.Name()[:2]) {
+			return nil // not ours
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil // removed meanwhile
+		}
+		files = append(files, found{cacheEntry{k, info.Size()}, info.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("blobs: cache %s: reading what it holds: %w", o.Dir, err)
+	}
+	slices.SortFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
+	for _, f := range files { // oldest first, so the newest ends in front
+		c.idx[f.key] = c.lru.PushFront(&cacheEntry{f.key, f.size})
+		c.bytes += f.size
+	}
+	c.mu.Lock()
+	c.evictLocked(nil) // MaxBytes may be smaller than last time
+	c.mu.Unlock()
+	return c, nil
+}
+
+func (c *Cache) path(k Key) string {
+	h := k.String()
+	return filepath.Join(c.o.Dir, h[:2], h)
+}
+
+// Stats reports the cache's counters.
+func (c *Cache) Stats() CacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Corrupt: c.corrupt.Load(),
+		Evicted: c.evicted.Load(), Files: c.lru.Len(), Bytes: c.bytes}
+}
+
+func (c *Cache) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Put stores data in the backing store, then in the cache. Failing to
+// cache is logged, not returned: the blob is stored.
+func (c *Cache) Put(ctx context.Context, key Key, data []byte) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	if err := checkPut(key, data); err != nil {
+		return err
+	}
+	if err := c.back.Put(ctx, key, data); err != nil {
+		return err
+	}
+	c.insert(key, data)
+	return nil
+}
+
+// Get serves key from the cache when it holds a file that matches the
+// key, from the backing store otherwise (concurrent misses of one key
+// fetch it once).
+func (c *Cache) Get(ctx context.Context, key Key) ([]byte, error) {
+	if c.isClosed() {
+		return nil, ErrClosed
+	}
+	if data, ok := c.read(key); ok {
+		c.hits.Add(1)
+		return data, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	v, err, shared := c.sf.Do(string(key[:]), func() (any, error) {
+		c.misses.Add(1)
+		data, err := c.back.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if got := Sum(data); got != key {
+			return nil, fmt.Errorf("%w: the backing store returned %d bytes for %s that hash to %s", ErrCorrupt, len(data), key, got)
+		}
+		c.insert(key, data)
+		return data, nil
+	})
+	if err != nil && shared && ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The caller whose fetch this one shared gave up; this one has
+		// not.
+		return c.back.Get(ctx, key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	data := v.([]byte)
+	if shared {
+		data = slices.Clone(data) // each caller owns its slice
+	}
+	return data, nil
+}
+
+// read returns the cached content of key if it is cached and matches.
+func (c *Cache) read(key Key) ([]byte, bool) {
+	c.mu.Lock()
+	el, ok := c.idx[key]
+	if ok {
+		c.lru.MoveToFront(el)
+	}
+	c.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	p := c.path(key)
+	data, err := os.ReadFile(p)
+	if err == nil && Sum(data) == key {
+		now := time.Now()
+		os.Chtimes(p, now, now) // the recency a restart sees; best effort
+		return data, true
+	}
+	if err == nil {
+		c.corrupt.Add(1)
+		c.o.Logger.Warn("blobs: a cached file does not match its key: removed, fetching the blob again", "file", p, "bytes", len(data))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		c.o.Logger.Warn("blobs: cannot read a cached file: removed, fetching the blob again", "file", p, "err", err)
+	}
+	c.mu.Lock()
+	if cur, ok := c.idx[key]; ok && cur == el {
+		c.removeLocked(el)
+	}
+	c.mu.Unlock()
+	return nil, false
+}
+
+// insert caches data under key, evicting the least recently used files
+// past MaxBytes. Errors are logged (at most every 10 s): the cache is an
+// optimisation.
+func (c *Cache) insert(key Key, data []byte) {
+	size := int64(len(data))
+	if size > c.o.MaxBytes {
+		return
+	}
+	err := func() error {
+		f, err := os.CreateTemp(c.tmp, "blob-")
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(f.Name())
+			return err
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.closed {
+			os.Remove(f.Name())
+			return nil
+		}
+		p := c.path(key)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			os.Remove(f.Name())
+			return err
+		}
+		if err := os.Rename(f.Name(), p); err != nil {
+			os.Remove(f.Name())
+			return err
+		}
+		if el, ok := c.idx[key]; ok {
+			c.lru.MoveToFront(el)
+			return nil // the same content again
+		}
+		el := c.lru.PushFront(&cacheEntry{key, size})
+		c.idx[key] = el
+		c.bytes += size
+		c.evictLocked(el)
+		return nil
+	}()
+	if err != nil {
+		now := time.Now().UnixNano()
+		if last := c.lastWarn.Load(); now-last > int64(10*time.Second) && c.lastWarn.CompareAndSwap(last, now) {
+			c.o.Logger.Warn("blobs: cannot write to the cache; reads go to the backing store", "dir", c.o.Dir, "err", err)
+		}
+	}
+}
+
+// evictLocked removes the least recently used files, never keep, until
+// the cache holds at most MaxBytes.
+func (c *Cache) evictLocked(keep *list.Element) {
+	for c.bytes > c.o.MaxBytes {
+		el := c.lru.Back()
+		if el == nil || el == keep {
+			return
+		}
+		c.removeLocked(el)
+		c.evicted.Add(1)
+	}
+}
+
+func (c *Cache) removeLocked(el *list.Element) {
+	e := el.Value.(*cacheEntry)
+	c.lru.Remove(el)
+	delete(c.idx, e.key)
+	c.bytes -= e.size
+	if err := os.Remove(c.path(e.key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		c.o.Logger.Warn("blobs: cannot remove a cached file", "err", err)
+	}
+}
+
+// Has asks the backing store, never the cache: another server's garbage
+// collection may have deleted a blob this cache still holds, and a caller
+// that skipped a Put because of a cached answer would reference a blob
+// that is gone.
+func (c *Cache) Has(ctx context.Context, key Key) (bool, error) {
+	if c.isClosed() {
+		return false, ErrClosed
+	}
+	return c.back.Has(ctx, key)
+}
+
+// Delete removes key from the backing store, then from the cache.
+func (c *Cache) Delete(ctx context.Context, key Key) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	if err := c.back.Delete(ctx, key); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if el, ok := c.idx[key]; ok {
+		c.removeLocked(el)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// List lists the backing store.
+func (c *Cache) List(ctx context.Context, fn func(Key) error) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	return c.back.List(ctx, fn)
+}
+
+// Close closes the cache and the backing store. The cached files stay for
+// the next OpenCache.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	return c.back.Close()
+}
