@@ -18,7 +18,10 @@
 //
 // Data lives in fixed-size blocks (Options.BlockSize) stored once per
 // BLAKE3 hash; small blocks are inline and all-zero blocks are references
-// without content, so holes cost nothing.
+// without content, so holes cost nothing. Store.Rechunk later cuts runs of
+// stored blocks into content-defined chunks (chunk.go) and swaps the
+// blocks' references for slices of those chunks, so shifted data is
+// stored once.
 //
 // A Store (store.go, opened with Open over a kv.Store) owns every key
 // cowfs defines, the id allocator, the block tracker and the options; views
