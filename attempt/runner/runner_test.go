@@ -127,18 +127,34 @@ func TestExecOnExit(t *testing.T) {
 // survives lease sweeps, and is gone once exec lets the branch go.
 func TestExecLease(t *testing.T) {
 	o, m, root := setup(t)
-	o.Lease = 300 * time.Millisecond
+	// Long enough that a busy machine renews it in time (the runner renews
+	// every third of it); the test waits for renewals, not for a period.
+	o.Lease = 3 * time.Second
 	fork(t, m, "b")
 	done := filepath.Join(root, "done")
 	go func() {
-		// Sweep well past several lease periods while the attempt runs.
-		for i := 0; i < 20; i++ {
+		defer os.WriteFile(done, nil, 0o644)
+		// Sweep until the lease was renewed twice: each sweep at the time
+		// it runs, so an unrenewed lease would be swept.
+		var seen []time.Time
+		for deadline := time.Now().Add(2 * time.Minute); len(seen) < 3 && time.Now().Before(deadline); {
 			time.Sleep(50 * time.Millisecond)
 			if _, err := m.ExpireLeases(context.Background(), time.Now()); err != nil {
 				t.Error(err)
+				return
+			}
+			metas, err := m.Metas(context.Background())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if exp := metas["b"].LeaseExpires; exp != nil && (len(seen) == 0 || exp.After(seen[len(seen)-1])) {
+				seen = append(seen, *exp)
 			}
 		}
-		os.WriteFile(done, nil, 0o644)
+		if len(seen) < 3 {
+			t.Errorf("the lease was renewed %d times in 2 minutes, want 2", max(len(seen)-1, 0))
+		}
 	}()
 	rec, err := runner.Exec(context.Background(), o, "b", runner.OnExitKeep, sh("while [ ! -e "+done+" ]; do sleep 0.02; done"))
 	if err != nil {

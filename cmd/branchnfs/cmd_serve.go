@@ -194,21 +194,22 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", o.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", o.Listen, err)
-	}
-	addr := ln.Addr().(*net.TCPAddr)
+	// The control socket first: once the NFS port accepts connections, a
+	// script's next command (mount --print, fork) finds the server.
 	token, err := control.EnsureToken(dir)
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	cln, err := control.Listen(sock)
 	if err != nil {
-		ln.Close()
 		return err
 	}
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		cln.Close()
+		return fmt.Errorf("listen on %s: %w", o.Listen, err)
+	}
+	addr := ln.Addr().(*net.TCPAddr)
 	started := time.Now()
 	status := control.Status{
 		Version: version, PID: os.Getpid(), Store: dir,

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // On Linux the server serves the store owner's programs and refuses
@@ -27,7 +28,15 @@ func TestOtherUsersClientRefused(t *testing.T) {
 	if out, err := libnfsAs(t, other, "nfs-ls", nfsURL(srv.port, "/b")); err == nil {
 		t.Fatalf("nfs-ls as uid %d (not the owner) was served: %s", other.uid, out)
 	}
-	if log := srv.out.String(); !strings.Contains(log, "connection refused") || !strings.Contains(log, "only uids") {
+	// The server logs the refusal as it closes the connection, which may
+	// be after the client has exited: wait for the line.
+	refused := func(log string) bool {
+		return strings.Contains(log, "connection refused") && strings.Contains(log, "only uids")
+	}
+	for deadline := time.Now().Add(30 * time.Second); !refused(srv.out.String()) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if log := srv.out.String(); !refused(log) {
 		t.Fatalf("no log line for the refused connection:\n%s", log)
 	}
 }
