@@ -43,8 +43,14 @@ const (
 	chunkPol = chunker.Pol(0x3DA3358B4DC173)
 	// sliceLen is the encoded size of one slice: hash, offset, length.
 	sliceLen = 32 + 4 + 4
-	// rechunkBatch is how many blocks one rechunk transaction swaps.
+	// rechunkBatch is how many blocks one rechunk transaction swaps at
+	// most (fewer if the store's Limits say so).
 	rechunkBatch = 64
+	// rechunkMaxRun bounds the blocks chunked as one stream (and held in
+	// memory with their references): a longer run is chunked in pieces.
+	// The chunker restarts at each piece, which costs about one chunk of
+	// sharing per piece: boundaries fall back in step after one chunk.
+	rechunkMaxRun = 8192
 )
 
 // chunkSizes are the chunker's bounds and average bits, a variable only
@@ -236,7 +242,7 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 				ino := InodeID(binary.BigEndian.Uint64(k[10:18]))
 				idx := binary.BigEndian.Uint64(k[18:])
 				plain := len(v) == 33 && v[0] == refHash
-				if len(cur) > 0 && (ino != curIno || idx != cur[len(cur)-1].idx+1 || !plain) {
+				if len(cur) > 0 && (ino != curIno || idx != cur[len(cur)-1].idx+1 || !plain || len(cur) >= rechunkMaxRun) {
 					flush()
 					// Stop between runs once the page is full.
 					if blocks >= 4096 {
@@ -261,7 +267,7 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 			if st.Bytes >= budget {
 				return st, nil
 			}
-			if err := rechunkRun(ctx, store, tracker, l, inos[i], run, &st); err != nil {
+			if err := rechunkRun(ctx, store, tracker, l, inos[i], run, s.rechunkBatch(), &st); err != nil {
 				return st, err
 			}
 		}
@@ -271,6 +277,25 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 		start = next
 	}
 	return st, nil
+}
+
+// rechunkBatch is how many blocks one rechunk transaction may swap: each
+// reads its reference and checks a chunk exists, and writes its reference
+// and, on average, at most one chunk of up to a block's bytes (the first
+// block of a batch may need a few chunks more, chunkMax at most each).
+func (s *Store) rechunkBatch() int {
+	lim := s.kv.Limits()
+	bs := int(s.opts.BlockSize)
+	per := 2*(26+lim.OpBytes) + 33 + bs + 26 + 2 + 5*sliceLen
+	spare := 5 * (33 + chunkSizes.max + lim.OpBytes)
+	n := min(rechunkBatch, lim.Batch(2, per))
+	if lim.Reads > 0 {
+		n = min(n, lim.Reads/2)
+	}
+	if lim.Bytes > 0 {
+		n = min(n, (lim.Bytes-spare)/per)
+	}
+	return max(n, 1)
 }
 
 // runReader reads the bytes of a run's blocks in order, fetching a few
@@ -333,8 +358,8 @@ type pendingChunk struct {
 }
 
 // rechunkRun chunks one run of layer l's blocks of ino and swaps their
-// references, rechunkBatch blocks per transaction.
-func rechunkRun(ctx context.Context, store kv.Store, tracker *Tracker, l LayerID, ino InodeID, run []runBlock, st *RechunkStats) error {
+// references, batch blocks per transaction.
+func rechunkRun(ctx context.Context, store kv.Store, tracker *Tracker, l LayerID, ino InodeID, run []runBlock, batch int, st *RechunkStats) error {
 	rd := &runReader{ctx: ctx, store: store, run: run}
 	ch := chunker.NewWithBoundaries(rd, chunkPol, uint(chunkSizes.min), uint(chunkSizes.max))
 	ch.SetAverageBits(chunkSizes.avgBits)
@@ -447,7 +472,7 @@ func rechunkRun(ctx context.Context, store kv.Store, tracker *Tracker, l LayerID
 		for ready < len(run) && run[ready].read && run[ready].end <= end {
 			ready++
 		}
-		if ready-done >= rechunkBatch {
+		if ready-done >= batch {
 			if err := swap(); err != nil {
 				return err
 			}
