@@ -104,6 +104,44 @@ func (m *Manager) sweptBlocks(ctx context.Context, n int) {
 		"after", kv.FormatBytes(uint64(max(st.DiskAfter, 0))), "pruned", st.Pruned, "blocks", st.Reclaim.Blocks, "rewrites", st.Rewrites)
 }
 
+// idleGCMin: the idle reclaimer gives space back once this much was freed
+// since the last GC (less is not worth flushing and rewriting logs for).
+const idleGCMin = 4 << 20
+
+// idleGC runs when the reclaimer stayed idle for Options.GCIdle after a
+// pass: the passes never prune hidden blocks (fast-path commits leave the
+// replaced versions in the lower layers) and a GC waits for GCAfterSwept,
+// so without it the last rounds of work before a pause would keep their
+// disk space. It prunes, sweeps what that freed, and runs GC once at
+// least idleGCMin bytes of blocks were freed since the last one. Caller
+// holds gc.mu.
+func (m *Manager) idleGC(ctx context.Context) {
+	pruned, err := m.pruneShadowed(ctx)
+	if err == nil && pruned > 0 {
+		var r ReclaimStats
+		r, err = m.Reclaim(ctx)
+		m.gc.swept += int64(r.Blocks) * int64(m.opts.FS.BlockSize)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			m.opts.Logger.Warn("branches: pruning hidden blocks failed", "err", mapErr(err))
+		}
+		return
+	}
+	if m.gc.swept < idleGCMin {
+		return
+	}
+	st, err := m.gcLocked(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.opts.Logger.Warn("branches: giving disk space back failed", "err", err)
+		}
+		return
+	}
+	m.opts.Logger.Info("branches: gave disk space back while idle", "before", kv.FormatBytes(uint64(st.DiskBefore)),
+		"after", kv.FormatBytes(uint64(max(st.DiskAfter, 0))), "pruned", pruned+st.Pruned, "blocks", st.Reclaim.Blocks, "rewrites", st.Rewrites)
+}
+
 // pruneShadowed runs cowfs.PruneShadowed on every pair of neighbours
 // (x, y) of a live branch's stack where y has no referrer but x and is no
 // top, checkpoint or fork base, bottom pairs first, so that a layer still

@@ -49,6 +49,11 @@ type Options struct {
 	// blocks, it gives their disk space back (see GC; default 256 MiB,
 	// negative never).
 	GCAfterSwept int64
+	// GCIdle: when no commit or abort came for this long after a
+	// reclaimer pass, the reclaimer prunes hidden blocks and gives space
+	// back if that and the passes since the last GC freed at least 4 MiB
+	// (default 10 s; negative never, and so does a negative GCAfterSwept).
+	GCIdle time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 	// RootUID and RootGID own main's root directory when it is created.
@@ -68,6 +73,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.GCAfterSwept == 0 {
 		o.GCAfterSwept = 256 << 20
+	}
+	if o.GCIdle == 0 {
+		o.GCIdle = 10 * time.Second
 	}
 	o.FS.EnsureDefaults()
 }

@@ -29,10 +29,17 @@ func (m *Manager) kickReclaim() {
 
 func (m *Manager) reclaimLoop(ctx context.Context) {
 	defer m.wg.Done()
+	var idle <-chan time.Time // armed by each pass: see Options.GCIdle
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-idle:
+			idle = nil
+			m.gc.mu.Lock()
+			m.idleGC(ctx)
+			m.gc.mu.Unlock()
+			continue
 		case <-m.reclaim:
 		}
 		select {
@@ -44,6 +51,9 @@ func (m *Manager) reclaimLoop(ctx context.Context) {
 		m.reclaimPass(ctx)
 		m.gc.mu.Unlock()
 		m.metrics.passes.Add(1)
+		if m.opts.GCIdle > 0 && m.opts.GCAfterSwept >= 0 {
+			idle = time.After(m.opts.GCIdle)
+		}
 	}
 }
 

@@ -1,8 +1,10 @@
 // Package branchops measures branch operations (fork, commit, abort)
 // in-process on a real Badger store, and the storage growth workloads EDIT16
 // and Prepend (16 scattered 10-byte edits, and a 10-byte prepend, of a
-// 32 MiB file), and PrependKept (the prepend left uncommitted in a branch,
-// so that both versions stay reachable).
+// 32 MiB file), PrependKept (the prepend left uncommitted in a branch, so
+// that both versions stay reachable), CHURN and ABORTCHURN (rounds of
+// rewrites committed, and of new files aborted, then left to the
+// background reclaimer).
 package branchops
 
 import (
@@ -226,6 +228,10 @@ type GrowthResult struct {
 	AddedMiB    float64 `json:"added_mib"`
 	KVSizeBase  int64   `json:"kv_size_base"` // kv.Store.Size (Badger's own estimate)
 	KVSizeAfter int64   `json:"kv_size_after"`
+	LiveBytes   int64   `json:"live_bytes"` // big.bin's size at the end
+	// IdleSeconds: the churn workloads are measured after this long idle
+	// with the store open, instead of after an explicit GC.
+	IdleSeconds float64 `json:"idle_seconds,omitempty"`
 }
 
 const fileSize = 32 << 20
@@ -255,8 +261,10 @@ func settle(ctx context.Context, s *Store) (int64, int64, error) {
 	return du, kvs, err
 }
 
-// Growth runs workload ("EDIT16", "Prepend" or "PrependKept") on a fresh store in dir that
-// holds one 32 MiB file of pseudo-random bytes (data) in main.
+// Growth runs workload ("EDIT16", "Prepend", "PrependKept", "CHURN" or
+// "ABORTCHURN") on a fresh store in dir that holds one 32 MiB file of
+// pseudo-random bytes (data) in main, and checks main's big.bin by hash
+// afterwards.
 func Growth(ctx context.Context, dir, workload string, data []byte) (GrowthResult, error) {
 	res := GrowthResult{Workload: workload}
 	s, err := Open(ctx, dir)
@@ -273,13 +281,19 @@ func Growth(ctx context.Context, dir, workload string, data []byte) (GrowthResul
 	if s, err = Open(ctx, dir); err != nil {
 		return res, err
 	}
+	var want []byte // what big.bin holds afterwards
 	switch workload {
 	case "EDIT16":
 		err = edit16(ctx, s.M)
+		want = edit16Content(data)
 	case "Prepend":
 		err = prepend(ctx, s.M, data)
+		want = append([]byte("PREPEND010"), data...)
 	case "PrependKept":
 		err = prependKept(ctx, s.M, data)
+		want = data // main's; the branch keeps the prepended version
+	case "CHURN", "ABORTCHURN":
+		want, err = churn(ctx, s.M, workload == "ABORTCHURN", data)
 	default:
 		err = fmt.Errorf("unknown workload %q", workload)
 	}
@@ -287,9 +301,17 @@ func Growth(ctx context.Context, dir, workload string, data []byte) (GrowthResul
 		s.Close()
 		return res, fmt.Errorf("%s: %w", workload, err)
 	}
-	if res.AfterBytes, res.KVSizeAfter, err = settle(ctx, s); err != nil {
+	settleAfter := settle
+	if isChurn(workload) {
+		settleAfter, res.IdleSeconds = settleIdle, ChurnIdle.Seconds()
+	}
+	if res.AfterBytes, res.KVSizeAfter, err = settleAfter(ctx, s); err != nil {
 		return res, err
 	}
+	if err := verifyFile(ctx, dir, workload, want); err != nil {
+		return res, err
+	}
+	res.LiveBytes = int64(len(want))
 	res.AddedBytes = res.AfterBytes - res.BaseBytes
 	res.AddedMiB = float64(res.AddedBytes) / (1 << 20)
 	return res, nil

@@ -305,7 +305,7 @@ func (s *suite) inProcessOps(ctx context.Context) {
 
 func (s *suite) storage(ctx context.Context) {
 	data := workload.Data(32, 32<<20)
-	for _, w := range []string{"EDIT16", "Prepend", "PrependKept"} {
+	for _, w := range []string{"EDIT16", "Prepend", "PrependKept", "CHURN", "ABORTCHURN"} {
 		dir := filepath.Join(s.tmp, "growth-"+w)
 		s.logf("storage growth %s", w)
 		r, err := branchops.Growth(ctx, dir, w, data)

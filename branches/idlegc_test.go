@@ -1,0 +1,67 @@
+package branches_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// TestIdleGC: rounds of fork → rewrite → commit sweep nothing (the
+// replaced versions stay in main's lower layers) and stay far below
+// GCAfterSwept; once the store is idle, the reclaimer prunes them and
+// gives their space back by itself.
+func TestIdleGC(t *testing.T) {
+	// Each round replaces 4 MiB, what the idle reclaimer waits for before
+	// it gives space back, so that every pause gives the space back
+	// however the rounds and the pauses interleave.
+	const size, rounds = 4 << 20, 4
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := kv.OpenBadger(dir, kv.BadgerOptions{GCInterval: -1, ValueLogFileSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: 10 * time.Millisecond, GCIdle: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { m.Close(); st.Close() }()
+	gcWrite(t, m, "main", "big", gcData(0, size))
+	var want []byte
+	for i := 1; i <= rounds; i++ {
+		name := fmt.Sprintf("r%d", i)
+		if _, err := m.Fork(ctx, "main", name); err != nil {
+			t.Fatal(err)
+		}
+		want = gcData(uint64(i), size)
+		gcWrite(t, m, name, "big", want)
+		if _, err := m.Commit(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait for the reclaimer (a liveness bound, not a speed target).
+	var rep branches.SpaceReport
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if rep, err = m.Space(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rep.ContentBytes <= size && rep.Reclaimable.ValueLogGarbage < size {
+			break
+		}
+	}
+	t.Logf("%+v", rep)
+	if rep.ContentBytes > size {
+		t.Fatalf("idle store still holds %d bytes of content, want the live %d: the replaced versions were not pruned", rep.ContentBytes, size)
+	}
+	if rep.Reclaimable.ValueLogGarbage >= size {
+		t.Fatalf("idle store keeps %d bytes of deleted values in its logs: the space was not given back", rep.Reclaimable.ValueLogGarbage)
+	}
+	if got := gcRead(t, m, "main", "big"); !bytes.Equal(got, want) {
+		t.Fatal("main's file reads other bytes after the idle GC")
+	}
+}
