@@ -57,6 +57,13 @@ type BadgerOptions struct {
 	// never the one being written, so smaller files give space back in
 	// smaller steps; each is one open file and mapping.
 	ValueLogFileSize int64
+	// TrimEvery is how many bytes of value-log traffic (values read and
+	// written) pass between two trims of the value log's mappings from
+	// the process (default 16 MiB; negative: never), and TrimAbove the
+	// file-backed resident memory of the process under which nothing is
+	// trimmed (default 64 MiB; negative: trim regardless). See residency.
+	TrimEvery int64
+	TrimAbove int64
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -89,6 +96,12 @@ func (o *BadgerOptions) EnsureDefaults() {
 		o.ValueLogFileSize = 32 << 20
 	}
 	o.ValueLogFileSize = min(max(o.ValueLogFileSize, 1<<20), 1<<30)
+	if o.TrimEvery == 0 {
+		o.TrimEvery = 16 << 20
+	}
+	if o.TrimAbove == 0 {
+		o.TrimAbove = 64 << 20
+	}
 }
 
 // badgerStore implements Store on Badger v4.
@@ -100,6 +113,7 @@ type badgerStore struct {
 	wg     sync.WaitGroup
 
 	syncer *groupSync // Sync's group commit
+	rsd    *residency // trims the value log's mappings; nil: off
 	logs   *logFiles  // nil in memory
 	res    reserve    // free-space reserve; size 0 in memory
 	// roErr is set when the store was opened read-only because its disk
@@ -209,6 +223,9 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 	if !opts.InMemory && s.roErr == nil {
 		s.logs = newLogFiles(dir)
 	}
+	if !opts.InMemory {
+		s.rsd = newResidency(dir, opts.TrimEvery, opts.TrimAbove, opts.ValueLogFileSize)
+	}
 	if opts.GCInterval > 0 && !opts.InMemory && s.roErr == nil {
 		s.wg.Add(1)
 		go s.gcLoop(ctx)
@@ -238,7 +255,7 @@ func (s *badgerStore) View(ctx context.Context, fn func(Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return mapErr(s.db.View(func(t *badger.Txn) error { return fn(&badgerTxn{t: t}) }))
+	return mapErr(s.db.View(func(t *badger.Txn) error { return fn(&badgerTxn{t: t, rsd: s.rsd}) }))
 }
 
 // hasStore reports whether dir already holds a Badger store.
@@ -255,7 +272,14 @@ func hasStore(dir string) bool {
 func (s *badgerStore) runValueLogGC(discardRatio float64) error {
 	txn := s.db.NewTransaction(false)
 	it := txn.NewIterator(badger.IteratorOptions{})
+	// The rewrite's requests are not bounded: no trim while they run.
+	if s.rsd != nil {
+		s.rsd.mu.Lock()
+	}
 	err := s.db.RunValueLogGC(discardRatio)
+	if s.rsd != nil {
+		s.rsd.mu.Unlock()
+	}
 	if err == nil {
 		err = s.syncer.sync()
 	}
@@ -277,8 +301,9 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 			return err
 		}
 		var admitted uint64
+		var tx *badgerTxn
 		err := s.db.Update(func(t *badger.Txn) error {
-			tx := &badgerTxn{t: t, rw: true, maxValue: s.maxValue}
+			tx = &badgerTxn{t: t, rw: true, maxValue: s.maxValue, rsd: s.rsd, threshold: int(s.opts.ValueThreshold)}
 			if err := fn(tx); err != nil {
 				return err
 			}
@@ -293,6 +318,12 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 		})
 		if admitted > 0 {
 			s.res.release(admitted)
+		}
+		if tx != nil && tx.bigLocked {
+			s.rsd.mu.Unlock()
+		}
+		if err == nil && tx != nil && tx.lastBig != nil && s.rsd.add(tx.vlogBytes) {
+			s.trimAfterWrite(tx.lastBig)
 		}
 		if errors.Is(err, badger.ErrBlockedWrites) && !s.isClosed() {
 			// ReclaimSpace is flushing the memtables: wait for it.
@@ -331,6 +362,28 @@ func (closedSnapshot) Iterate([]byte, []byte, bool, func(k, v []byte) (bool, err
 func (closedSnapshot) Set([]byte, []byte) error { return ErrReadOnly }
 func (closedSnapshot) Delete([]byte) error      { return ErrReadOnly }
 func (closedSnapshot) Discard()                 {}
+
+// trimAfterWrite trims the mapping of the value log that holds key's value,
+// just written: the log Badger writes to.
+func (s *badgerStore) trimAfterWrite(key []byte) {
+	s.use(func() error {
+		return s.db.View(func(t *badger.Txn) error {
+			it, err := t.Get(key)
+			if err != nil || !fromValueLog(it) {
+				return nil // deleted or rewritten since: nothing to do
+			}
+			var prev []byte
+			it.Value(func(v []byte) error {
+				prev = s.rsd.trim(v, key)
+				return nil
+			})
+			if prev != nil {
+				s.rsd.trimKey(t, prev)
+			}
+			return nil
+		})
+	})
+}
 
 // Sync makes every transaction committed before the call durable. Callers
 // that arrive while an fsync runs wait for the next one, which serves them
@@ -448,9 +501,17 @@ func mapErr(err error) error {
 }
 
 type badgerTxn struct {
-	t     *badger.Txn
-	rw    bool
-	roErr error // set in a read-only store: writes fail with it
+	t   *badger.Txn
+	rw  bool
+	rsd *residency // nil: no trims
+	// threshold: values this large go to the value log (0: unknown).
+	threshold int
+	// bigLocked: the transaction grew past rsd.big and holds rsd.mu.Lock
+	// until its commit returns.
+	bigLocked bool
+	lastBig   []byte // key of the last value set that goes to the value log
+	vlogBytes int    // bytes of values set that go to the value log
+	roErr     error  // set in a read-only store: writes fail with it
 	// maxValue: values must be smaller (0: no bound); see badgerStore.
 	maxValue int
 
@@ -473,7 +534,21 @@ func (t *badgerTxn) GetFunc(key []byte, fn func([]byte) error) error {
 	if err != nil {
 		return mapErr(err)
 	}
-	return mapErr(it.Value(fn))
+	if t.rsd == nil || t.rw || !fromValueLog(it) {
+		return mapErr(it.Value(fn))
+	}
+	var prev []byte
+	err = it.Value(func(v []byte) error {
+		err := fn(v)
+		if t.rsd.add(len(v)) {
+			prev = t.rsd.trim(v, key) // still inside the callback: the log is locked
+		}
+		return err
+	})
+	if prev != nil {
+		t.rsd.trimKey(t.t, prev)
+	}
+	return mapErr(err)
 }
 
 func (t *badgerTxn) Has(key []byte) (bool, error) {
@@ -531,8 +606,17 @@ func (t *badgerTxn) Set(key, value []byte) error {
 	t.writes++
 	t.sets++
 	t.bytes += uint64(len(key) + len(value))
+	if t.rsd != nil && !t.bigLocked && t.bytes >= t.rsd.big {
+		t.rsd.mu.Lock() // released by Update once the commit returns
+		t.bigLocked = true
+	}
 	// Badger keeps the slices until commit: copy them so callers may reuse.
-	return mapErr(t.t.Set(append([]byte(nil), key...), append([]byte(nil), value...)))
+	k := append([]byte(nil), key...)
+	if t.threshold > 0 && len(value) >= t.threshold {
+		t.lastBig = k
+		t.vlogBytes += len(value)
+	}
+	return mapErr(t.t.Set(k, append([]byte(nil), value...)))
 }
 
 func (t *badgerTxn) Delete(key []byte) error {

@@ -103,7 +103,7 @@ func parseLevel(s string) (slog.Level, error) {
 }
 
 // serveMemoryLimit is the server's soft heap limit unless GOMEMLIMIT says
-// otherwise (our target is 400 MiB of RSS, mmapped files included: docs/benchmarks.md).
+// otherwise (our target is 300 MiB of RSS, mmapped files included: docs/benchmarks.md).
 const serveMemoryLimit = 256 << 20
 
 func runServe(ctx context.Context, o *serveOptions) (err error) {

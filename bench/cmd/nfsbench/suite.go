@@ -624,10 +624,13 @@ func (s *suite) nfsWorkloads() {
 			peers = append(peers, peer{"go-nfs osnfs", o, o.target(""), true})
 		}
 	}
-	var bsrv *server
+	var bsrv, basesrv *server
 	for _, p := range peers {
 		if p.srv.kind == "branchnfs" && strings.HasPrefix(p.label, "branchnfs") {
 			bsrv = p.srv
+		}
+		if p.srv.kind == "branchnfs" && strings.HasPrefix(p.label, "baseline") {
+			basesrv = p.srv
 		}
 	}
 	if s.sections["seq"] {
@@ -636,11 +639,18 @@ func (s *suite) nfsWorkloads() {
 			s.recordMem(fmt.Sprintf("sequential %d MiB write+read, main and depth 3", s.cfg.SeqMiB), bsrv)
 			bsrv.resetPeak()
 		}
+		if basesrv != nil {
+			s.recordMem(fmt.Sprintf("baseline: sequential %d MiB write+read, main", s.cfg.SeqMiB), basesrv)
+			basesrv.resetPeak()
+		}
 	}
 	if s.sections["meta"] {
 		s.meta(peers)
 		if bsrv != nil {
 			s.recordMem(fmt.Sprintf("metadata, %d files", s.cfg.MetaFiles), bsrv)
+		}
+		if basesrv != nil {
+			s.recordMem(fmt.Sprintf("baseline: metadata, %d files", s.cfg.MetaFiles), basesrv)
 		}
 	}
 }
