@@ -46,4 +46,10 @@
 //
 // Concurrency: a store is safe for concurrent use; a transaction belongs
 // to the goroutine running its callback.
+//
+// Coord (OpenCoord) holds what several servers need besides the store, on
+// the same prefix: leases kept alive in the background, keys claimed
+// under a lease (gone when it is revoked or expires), and watches of a key
+// prefix from a revision. A Coord and its leases are safe for concurrent
+// use.
 package etcdkv

@@ -203,3 +203,36 @@ func (c *Cluster) NewStore(tb testing.TB, opts etcdkv.Options) kv.Store {
 	tb.Cleanup(func() { s.Close() })
 	return s
 }
+
+// NewCoord opens an etcdkv.Coord on c, closed when tb ends, with its own
+// client (as another server would have). An empty opts.Prefix gets a
+// fresh one.
+func (c *Cluster) NewCoord(tb testing.TB, opts etcdkv.Options) *etcdkv.Coord {
+	tb.Helper()
+	if opts.Prefix == "" {
+		opts.Prefix = fmt.Sprintf("/etcdtest/%d/", c.prefixes.Add(1))
+	}
+	co, err := etcdkv.OpenCoord(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 10 * time.Second}, opts)
+	if err != nil {
+		tb.Fatalf("etcdtest: %v", err)
+	}
+	tb.Cleanup(func() { co.Close() })
+	return co
+}
+
+// Leader returns the index of the member that leads, or -1 if no running
+// member knows a leader.
+func (c *Cluster) Leader() int {
+	for i, m := range c.members {
+		if m == nil || c.stopped[i] {
+			continue
+		}
+		lead := m.Server.Leader()
+		for j, o := range c.members {
+			if o != nil && !c.stopped[j] && uint64(o.Server.MemberID()) == uint64(lead) {
+				return j
+			}
+		}
+	}
+	return -1
+}
