@@ -1,6 +1,8 @@
 package nfsserver
 
 import (
+	"runtime"
+	"sync"
 	"syscall"
 
 	"github.com/branchnfs/branchnfs/cowfs"
@@ -146,13 +148,16 @@ func (r *request) readdir(e *encoder, fh []byte, cookie uint64, dircount, maxcou
 				e.b = e.b[:start]
 				return r.fail(e, n, err, 1)
 			}
-			for _, ent := range ents {
+			var attrs []*cowfs.Attr
+			if plus {
+				attrs = attrsOf(n.fs, ents)
+			}
+			for i, ent := range ents {
 				h := n.h.child(ent.Ino, 0)
 				var a *cowfs.Attr
 				if plus {
-					if x, err := n.fs.GetAttr(ent.Ino); err == nil {
-						a = &x
-						h.gen = x.Gen
+					if a = attrs[i]; a != nil {
+						h.gen = a.Gen
 					}
 				}
 				if !emit(ent.Name, h, ent.Cookie, a) {
@@ -175,3 +180,39 @@ func (r *request) readdir(e *encoder, fh []byte, cookie uint64, dircount, maxcou
 	e.bool(eof)
 	return nil
 }
+
+// attrsOf returns the attributes of each entry (nil for one gone since the
+// listing). Each GetAttr is a store transaction of its own, so a batch is
+// split over up to GOMAXPROCS goroutines: a client listing a directory
+// waits on one READDIRPLUS at a time, and the other cores are often idle.
+func attrsOf(fs *cowfs.View, ents []cowfs.DirEntry) []*cowfs.Attr {
+	out := make([]*cowfs.Attr, len(ents))
+	get := func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if a, err := fs.GetAttr(ents[i].Ino); err == nil {
+				out[i] = &a
+			}
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(ents)/attrsPerWorker)
+	if workers < 2 {
+		get(0, len(ents))
+		return out
+	}
+	var wg sync.WaitGroup
+	per := (len(ents) + workers - 1) / workers
+	for lo := per; lo < len(ents); lo += per {
+		wg.Add(1)
+		go func(lo int) {
+			defer wg.Done()
+			get(lo, min(lo+per, len(ents)))
+		}(lo)
+	}
+	get(0, min(per, len(ents)))
+	wg.Wait()
+	return out
+}
+
+// attrsPerWorker is the least number of entries worth a goroutine of
+// attrsOf (a GetAttr costs a few microseconds).
+const attrsPerWorker = 32

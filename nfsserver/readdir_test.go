@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/branchnfs/branchnfs/cowfs"
 	nfs "github.com/willscott/go-nfs"
 )
 
@@ -170,4 +171,41 @@ func TestRemoveLargeDirectory(t *testing.T) {
 		t.Fatalf("removed %d, want %d", removed, n)
 	}
 	must(t, k.rmdir(root, "big"), "rmdir")
+}
+
+// attrsOf fetches a batch's attributes in parallel: each in its entry's
+// place, nil for an entry removed since the listing.
+func TestAttrsOf(t *testing.T) {
+	m := newManager(t, "")
+	v, _, err := m.View("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1, attrsPerWorker * 2, 300} {
+		dir, err := v.Mkdir(cowfs.RootIno, fmt.Sprintf("d%d", n), cowfs.NewAttr{Mode: 0o755})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			if _, err := v.Create(dir.Ino, fmt.Sprintf("f%03d", i), cowfs.CreateUnchecked, cowfs.NewAttr{Mode: 0o644}, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ents, _, err := v.ReadDir(dir.Ino, 0, 1024)
+		if err != nil || len(ents) != n {
+			t.Fatalf("ReadDir: %d entries, %v; want %d", len(ents), err, n)
+		}
+		if err := v.Unlink(dir.Ino, ents[n-1].Name); err != nil {
+			t.Fatal(err)
+		}
+		attrs := attrsOf(v, ents)
+		for i, e := range ents {
+			switch a := attrs[i]; {
+			case i == n-1 && a != nil:
+				t.Errorf("n=%d: removed entry %s has attributes", n, e.Name)
+			case i < n-1 && (a == nil || a.Ino != e.Ino):
+				t.Errorf("n=%d: entry %d (%s, inode %d): attributes %+v", n, i, e.Name, e.Ino, a)
+			}
+		}
+	}
 }
