@@ -1,6 +1,10 @@
 // Package branches owns branch lifecycle: fork, commit, abort,
 // checkpoints, restore, diff, invalidation and background reclamation,
-// over cowfs views stored in one kv.Store.
+// over the views of one cowfs.Store. It keeps its own records (branches,
+// names, checkpoints, metadata) in the same kv.Store, through
+// cowfs.Store.KV and cowfs.Txn.KV, and reaches layers only through
+// cowfs's API, so a fork's new layers and its records commit in one
+// transaction.
 //
 // Fork gives the child a new empty top layer over the parent's frozen top
 // (and the parent a new top too) in one small transaction. Commit into an

@@ -31,13 +31,9 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	pfs := p.fs
 	pfs.Lock()
 	defer pfs.Unlock()
-	stack, base, newParentTop, err := m.freezeTop(ctx, pfs)
+	z, err := m.freezeTop(ctx, pfs)
 	if err != nil {
 		return Info{}, err
-	}
-	top, ptop := stack[0], stack[0]
-	if newParentTop != 0 {
-		ptop = newParentTop
 	}
 	ctop, err := m.cow.NewLayerID(ctx)
 	if err != nil {
@@ -47,20 +43,14 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	prec := p.rec
-	prec.Top = ptop
+	prec := z.record(p.rec)
 	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
-		Base: base, ParentTop: ptop, ForkTime: time.Now().UTC()}
+		Base: z.frozen[0], ParentTop: prec.Top, ForkTime: time.Now().UTC()}
 	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
-		if newParentTop != 0 {
-			if err := tx.PutLayer(newParentTop, top); err != nil {
-				return err
-			}
-			if err := putRecord(tx.KV(), prec); err != nil {
-				return err
-			}
+		if err := z.put(tx, prec); err != nil {
+			return err
 		}
-		if err := tx.PutLayer(ctop, base); err != nil {
+		if err := tx.PutLayer(ctop, z.frozen[0]); err != nil {
 			return err
 		}
 		return putRecord(tx.KV(), crec)
@@ -68,35 +58,75 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("branches: fork %s from %s: %w", name, parent, mapErr(err))
 	}
-	cstack := append([]cowfs.LayerID{ctop}, stack...)
-	if newParentTop != 0 {
-		pfs.SetFreshStackLocked(append([]cowfs.LayerID{newParentTop}, stack...))
-	} else {
-		cstack = append([]cowfs.LayerID{ctop}, stack[1:]...)
-	}
-	c := &branch{rec: crec, fs: m.cow.FreshView(cstack)}
+	m.installTop(p, z, prec)
+	c := &branch{rec: crec, fs: m.cow.FreshView(append([]cowfs.LayerID{ctop}, z.frozen...))}
 	m.mu.Lock()
-	p.rec = prec
 	m.byID[c.rec.ID], m.byName[name] = c, c
 	info := m.infoLocked(c)
 	m.mu.Unlock()
 	return info, nil
 }
 
+// freeze is how freezeTop froze a view's top.
+type freeze struct {
+	v      *cowfs.View
+	stack  []cowfs.LayerID // v's stack when frozen, top first
+	frozen []cowfs.LayerID // the frozen stack to fork, checkpoint or merge over
+	newTop cowfs.LayerID   // v's new top over stack, or 0: v keeps its top
+}
+
 // freezeTop freezes the top of view v, which the caller holds locked (for
-// a fork or a checkpoint). If nothing was written since the last freeze,
-// the layer below the top is already frozen and is the one to use: frozen
-// is stack[1] and newTop is 0. Otherwise the top itself freezes (frozen is
-// stack[0]) and newTop is a fresh layer id to become v's top: the caller
-// writes it over stack[0] (cowfs.Txn.PutLayer) in its transaction, then
-// installs newTop above stack with SetFreshStackLocked.
-func (m *Manager) freezeTop(ctx context.Context, v *cowfs.View) (stack []cowfs.LayerID, frozen, newTop cowfs.LayerID, err error) {
-	stack = v.StackLocked()
+// a fork, a checkpoint or a merge). If nothing was written since the last
+// freeze, the layer below the top is already frozen and is the one to
+// use: frozen is stack[1:] and v keeps its empty top. Otherwise the top
+// itself freezes (frozen is stack) and newTop is a fresh layer id to
+// become v's top: the caller stores it with put in its transaction, then
+// installs it with installTop.
+func (m *Manager) freezeTop(ctx context.Context, v *cowfs.View) (freeze, error) {
+	stack := v.StackLocked()
 	if !v.TopDirty() && len(stack) > 1 {
-		return stack, stack[1], 0, nil
+		return freeze{v: v, stack: stack, frozen: stack[1:]}, nil
 	}
-	newTop, err = m.cow.NewLayerID(ctx)
-	return stack, stack[0], newTop, err
+	newTop, err := m.cow.NewLayerID(ctx)
+	return freeze{v: v, stack: stack, frozen: stack, newTop: newTop}, err
+}
+
+// top is v's top once the freeze is installed.
+func (z freeze) top() cowfs.LayerID {
+	if z.newTop != 0 {
+		return z.newTop
+	}
+	return z.stack[0]
+}
+
+// record returns the record of v's branch once the freeze is installed.
+func (z freeze) record(r record) record {
+	r.Top = z.top()
+	return r
+}
+
+// put stores the new top over the frozen one, and r (from record), in tx;
+// nothing when v keeps its top.
+func (z freeze) put(tx *cowfs.Txn, r record) error {
+	if z.newTop == 0 {
+		return nil
+	}
+	if err := tx.PutLayer(z.newTop, z.stack[0]); err != nil {
+		return err
+	}
+	return putRecord(tx.KV(), r)
+}
+
+// installTop makes what put stored b's state in memory: the view's new
+// top and the record r. The caller holds opMu and the view's Lock.
+func (m *Manager) installTop(b *branch, z freeze, r record) {
+	if z.newTop == 0 {
+		return
+	}
+	z.v.SetFreshStackLocked(append([]cowfs.LayerID{z.newTop}, z.stack...))
+	m.mu.Lock()
+	b.rec = r
+	m.mu.Unlock()
 }
 
 // splitAtBase splits a stack (top first) at a branch's fork base: the
@@ -251,7 +281,7 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	} else {
 		_, bstack := splitAtBase(cstack, c.rec.Base)
 		var applied int
-		if prec, newStack, applied, err = m.mergeUnlocked(ctx, c, p, pfs, cstack, pstack, bstack); err != nil {
+		if prec, newStack, applied, err = m.mergeUnlocked(ctx, c, p, pfs, cstack, bstack); err != nil {
 			return res, err
 		}
 		res.Changes = applied
@@ -335,53 +365,39 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 // the parent's new record and stack. The caller holds opMu and Lock on both
 // views; pfs is locked again when it returns, whatever it returns.
 //
-// Under the lock it freezes the parent's top under a fresh layer f that
-// takes the parent's writes meanwhile (as a fork does, in one small
-// transaction; a top known to be empty serves as f as it is), then merges into dst over the frozen stack with the lock
-// released, so the parent's clients go on reading and writing. Under the
+// Under the lock it freezes the parent's top (freezeTop, as a fork does,
+// in one small transaction): f, the parent's top from then on, takes the
+// parent's writes meanwhile. It then merges into dst over the frozen stack
+// with the lock released, so the parent's clients go on reading and
+// writing. Under the
 // lock again: if f stayed empty the result is dst over the frozen stack;
 // otherwise what the parent wrote meanwhile is merged over dst into dst2
 // (a merge of f's changes only), and a path both sides changed is a
 // conflict, as it would have been had the parent written it before the
 // commit. On any error the parent keeps f with its writes.
-func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.View, cstack, frozen, bstack []cowfs.LayerID) (record, []cowfs.LayerID, int, error) {
+func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.View, cstack, bstack []cowfs.LayerID) (record, []cowfs.LayerID, int, error) {
 	name := c.rec.Name
-	prec := p.rec
 	dst, err := m.cow.NewLayerID(ctx)
 	if err != nil {
 		return record{}, nil, 0, err
 	}
-	var f cowfs.LayerID
-	if !pfs.TopDirty() && len(frozen) > 1 {
-		// The parent's top is known empty (a fork froze it): it takes
-		// the parent's writes meanwhile as it is, and nothing changes if
-		// the merge fails.
-		f, frozen = frozen[0], frozen[1:]
-		if err := m.cow.Update(ctx, func(tx *cowfs.Txn) error { return tx.PutLayer(dst, frozen[0]) }); err != nil {
-			return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
-		}
-	} else {
-		if f, err = m.cow.NewLayerID(ctx); err != nil {
-			return record{}, nil, 0, err
-		}
-		prec.Top = f
-		err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
-			if err := tx.PutLayer(f, frozen[0]); err != nil {
-				return err
-			}
-			if err := tx.PutLayer(dst, frozen[0]); err != nil {
-				return err
-			}
-			return putRecord(tx.KV(), prec)
-		})
-		if err != nil {
-			return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
-		}
-		pfs.SetFreshStackLocked(append([]cowfs.LayerID{f}, frozen...))
-		m.mu.Lock()
-		p.rec = prec
-		m.mu.Unlock()
+	// A top known to be empty (a fork froze it) takes the parent's writes
+	// meanwhile as it is, and nothing changes if the merge fails.
+	z, err := m.freezeTop(ctx, pfs)
+	if err != nil {
+		return record{}, nil, 0, err
 	}
+	f, frozen, prec := z.top(), z.frozen, z.record(p.rec)
+	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+		if err := z.put(tx, prec); err != nil {
+			return err
+		}
+		return tx.PutLayer(dst, frozen[0])
+	})
+	if err != nil {
+		return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
+	}
+	m.installTop(p, z, prec)
 
 	pfs.Unlock()
 	if m.mergeHook != nil {
@@ -501,23 +517,15 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 	bfs := b.fs
 	bfs.Lock()
 	defer bfs.Unlock()
-	stack, frozen, newTop, err := m.freezeTop(ctx, bfs)
+	z, err := m.freezeTop(ctx, bfs)
 	if err != nil {
 		return Checkpoint{}, err
 	}
-	cp := checkpointRec{Layer: frozen, Time: time.Now().UTC()}
-	rec := b.rec
-	if newTop != 0 {
-		rec.Top = newTop
-	}
+	cp := checkpointRec{Layer: z.frozen[0], Time: time.Now().UTC()}
+	rec := z.record(b.rec)
 	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
-		if newTop != 0 {
-			if err := tx.PutLayer(newTop, stack[0]); err != nil {
-				return err
-			}
-			if err := putRecord(tx.KV(), rec); err != nil {
-				return err
-			}
+		if err := z.put(tx, rec); err != nil {
+			return err
 		}
 		v, _ := json.Marshal(cp)
 		return tx.KV().Set(cpKey(b.rec.ID, label), v)
@@ -525,12 +533,7 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("branches: checkpoint %s: %w", name, mapErr(err))
 	}
-	if newTop != 0 {
-		bfs.SetFreshStackLocked(append([]cowfs.LayerID{newTop}, stack...))
-		m.mu.Lock()
-		b.rec = rec
-		m.mu.Unlock()
-	}
+	m.installTop(b, z, rec)
 	out := Checkpoint{Branch: name, Label: label, Time: cp.Time}
 	if err := m.durable(ctx); err != nil {
 		return out, fmt.Errorf("branches: checkpoint %s taken but not yet durable: %w", name, mapErr(err))

@@ -214,11 +214,11 @@ type runBlock struct {
 // chunked, so a concurrent write, truncate, fold or layer deletion makes
 // it skip the block (or retry), and every reader sees the same bytes
 // throughout. l may be a branch's top layer for that reason. Chunks are
-// stored in the transaction that first references them, under tracker, so
-// a concurrent sweep keeps them. The plain blocks become garbage for the
-// sweep once nothing else names them.
+// stored in the transaction that first references them, under the
+// store's tracker, so a concurrent sweep keeps them. The plain blocks
+// become garbage for the sweep once nothing else names them.
 func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkStats, error) {
-	store, tracker := s.kv, s.tracker
+	store := s.kv
 	var st RechunkStats
 	pfx := append(layerPrefix(l), kindData)
 	var start []byte
@@ -267,7 +267,7 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 			if st.Bytes >= budget {
 				return st, nil
 			}
-			if err := rechunkRun(ctx, store, tracker, l, inos[i], run, s.rechunkBatch(), &st); err != nil {
+			if err := s.rechunkRun(ctx, l, inos[i], run, s.rechunkBatch(), &st); err != nil {
 				return st, err
 			}
 		}
@@ -359,8 +359,8 @@ type pendingChunk struct {
 
 // rechunkRun chunks one run of layer l's blocks of ino and swaps their
 // references, batch blocks per transaction.
-func rechunkRun(ctx context.Context, store kv.Store, tracker *Tracker, l LayerID, ino InodeID, run []runBlock, batch int, st *RechunkStats) error {
-	rd := &runReader{ctx: ctx, store: store, run: run}
+func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []runBlock, batch int, st *RechunkStats) error {
+	rd := &runReader{ctx: ctx, store: s.kv, run: run}
 	ch := chunker.NewWithBoundaries(rd, chunkPol, uint(chunkSizes.min), uint(chunkSizes.max))
 	ch.SetAverageBits(chunkSizes.avgBits)
 	buf := make([]byte, chunkSizes.max)
@@ -392,7 +392,7 @@ func rechunkRun(ctx context.Context, store kv.Store, tracker *Tracker, l LayerID
 		}
 		stored := 0
 		swapped := 0
-		err := updateRefsWith(ctx, store, tracker, func(tx kv.Txn, refs *refLog) error {
+		err := s.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
 			stored, swapped = 0, 0
 			var keys, vals [][]byte
 			for i, b := range batch {

@@ -243,16 +243,12 @@ func (f *View) getInode(tx kv.Txn, st state, ino InodeID) (*inode, LayerID, erro
 		return nil, 0, err
 	}
 	for _, l := range layers {
-		v, err := tx.Get(inodeKey(l, ino))
-		if errors.Is(err, kv.ErrNotFound) {
+		n, err := layerInode(tx, l, ino)
+		if err != nil {
+			return nil, 0, err
+		}
+		if n == nil {
 			continue // cache hint raced with a newer snapshot
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		n, err := decodeInode(ino, v)
-		if err != nil {
-			return nil, 0, err
 		}
 		if n.Deleted {
 			return nil, 0, syscall.ENOENT
@@ -260,6 +256,18 @@ func (f *View) getInode(tx kv.Txn, st state, ino InodeID) (*inode, LayerID, erro
 		return n, l, nil
 	}
 	return nil, 0, syscall.ENOENT
+}
+
+// layerInode returns layer l's record of ino, nil if it holds none.
+func layerInode(tx kv.Txn, l LayerID, ino InodeID) (*inode, error) {
+	v, err := tx.Get(inodeKey(l, ino))
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeInode(ino, v)
 }
 
 // Allocator hands out inode numbers and layer ids from store-wide counters,

@@ -89,22 +89,35 @@ func layerEmpty(tx kv.Txn, l LayerID) (bool, error) {
 // (used to reclaim layers nothing references any more). It returns the
 // number of keys removed.
 func (s *Store) DeleteLayer(ctx context.Context, l LayerID) (int, error) {
-	store := s.kv
+	total, err := deletePrefix(ctx, s.kv, layerPrefix(l))
+	if err != nil {
+		return total, err
+	}
+	err = s.kv.Update(ctx, func(tx kv.Txn) error {
+		err := tx.Delete(layerKey(l))
+		if errors.Is(err, kv.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	return total, err
+}
+
+// deletePrefix deletes every key with prefix pfx, in transactions of at
+// most 4096 keys, and returns how many it deleted.
+func deletePrefix(ctx context.Context, store kv.Store, pfx []byte) (int, error) {
 	total := 0
 	for {
 		var keys [][]byte
 		err := store.View(ctx, func(tx kv.Txn) error {
 			keys = keys[:0]
-			return tx.Iterate(layerPrefix(l), nil, true, func(k, _ []byte) (bool, error) {
+			return tx.Iterate(pfx, nil, true, func(k, _ []byte) (bool, error) {
 				keys = append(keys, append([]byte(nil), k...))
 				return len(keys) < 4096, nil
 			})
 		})
-		if err != nil {
+		if err != nil || len(keys) == 0 {
 			return total, err
-		}
-		if len(keys) == 0 {
-			break
 		}
 		err = store.Update(ctx, func(tx kv.Txn) error {
 			for _, k := range keys {
@@ -119,12 +132,4 @@ func (s *Store) DeleteLayer(ctx context.Context, l LayerID) (int, error) {
 		}
 		total += len(keys)
 	}
-	err := store.Update(ctx, func(tx kv.Txn) error {
-		err := tx.Delete(layerKey(l))
-		if errors.Is(err, kv.ErrNotFound) {
-			return nil
-		}
-		return err
-	})
-	return total, err
 }

@@ -140,11 +140,7 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 			if _, both := pd.entries[id]; !both {
 				continue
 			}
-			players, err := parent.layersOf(tx, pst, id.Dir)
-			if err != nil {
-				return err
-			}
-			pr, err := resolveSlot(tx, players, id.Dir, id.Slot)
+			pr, err := parent.resolveEntry(tx, pst, id)
 			if err != nil {
 				return err
 			}
@@ -180,11 +176,7 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 		// where it has nothing, a whiteout keeps the child's probe chains
 		// that ran through the slot intact.
 		for _, id := range silly {
-			players, err := parent.layersOf(tx, pst, id.Dir)
-			if err != nil {
-				return err
-			}
-			pr, err := resolveSlot(tx, players, id.Dir, id.Slot)
+			pr, err := parent.resolveEntry(tx, pst, id)
 			if err != nil {
 				return err
 			}
@@ -339,6 +331,15 @@ func dropSilly(tx kv.Txn, cd *delta, base *View, bst state) ([]entryID, error) {
 	return slots, nil
 }
 
+// resolveEntry resolves directory slot id through stack st of f.
+func (f *View) resolveEntry(tx kv.Txn, st state, id entryID) (slotRec, error) {
+	layers, err := f.layersOf(tx, st, id.Dir)
+	if err != nil {
+		return slotRec{}, err
+	}
+	return resolveSlot(tx, layers, id.Dir, id.Slot)
+}
+
 // minCut returns the smallest Cut among the records of ino in layers.
 func minCut(tx kv.Txn, layers []LayerID, ino InodeID, cut uint64) uint64 {
 	for _, l := range layers {
@@ -393,16 +394,12 @@ func (f *View) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst Laye
 		if err != nil {
 			return nil, 0, err
 		}
-		v, err := tx.Get(inodeKey(l, ino))
-		if errors.Is(err, kv.ErrNotFound) {
+		n, err := layerInode(tx, l, ino)
+		if err != nil {
+			return nil, 0, err
+		}
+		if n == nil {
 			continue
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		n, err := decodeInode(ino, v)
-		if err != nil {
-			return nil, 0, err
 		}
 		if n.Deleted {
 			limit = 0

@@ -296,6 +296,15 @@ func (f *View) update(op, name string, ns bool, fn func(tx kv.Txn, st state) err
 		f.nsMu.Lock()
 		defer f.nsMu.Unlock()
 	}
+	return f.write(op, name, func(st state) error {
+		return f.store.Update(f.ctx, func(tx kv.Txn) error { return fn(tx, st) })
+	})
+}
+
+// write runs commit with the view's current stack, which stays the stack
+// until commit returns, once the view is known writable; it wraps the
+// error.
+func (f *View) write(op, name string, commit func(st state) error) error {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	st, err := f.begin(true)
@@ -303,14 +312,18 @@ func (f *View) update(op, name string, ns bool, fn func(tx kv.Txn, st state) err
 		return pathErr(op, name, err.(syscall.Errno))
 	}
 	f.dirty.Store(true) // before the commit: a racing fork must not miss it
-	err = f.store.Update(f.ctx, func(tx kv.Txn) error { return fn(tx, st) })
-	return f.wrap(op, name, err)
+	return f.wrap(op, name, commit(st))
 }
 
-func (f *View) newInode(t FileType, a NewAttr, dir InodeID, name string) (*inode, error) {
+// newInode checks name and returns a new inode of type t to link as
+// dir/name; errors come wrapped for op.
+func (f *View) newInode(op string, t FileType, a NewAttr, dir InodeID, name string) (*inode, error) {
+	if e := checkName(name); e != 0 {
+		return nil, pathErr(op, name, e)
+	}
 	ino, err := f.alloc.Next(f.ctx, "ino")
 	if err != nil {
-		return nil, err
+		return nil, f.wrap(op, name, err)
 	}
 	ts := now()
 	n := &inode{Ino: InodeID(ino), Gen: 1, Type: t, Mode: a.Mode & ModePerm, Nlink: 1,
@@ -345,12 +358,9 @@ func (f *View) addEntry(tx kv.Txn, st state, d *inode, s uint64, n *inode, name 
 }
 
 func (f *View) create(dir InodeID, name string, how CreateHow, a NewAttr, verf uint64) (Attr, error) {
-	if e := checkName(name); e != 0 {
-		return Attr{}, pathErr("create", name, e)
-	}
-	n, err := f.newInode(TypeRegular, a, dir, name)
+	n, err := f.newInode("create", TypeRegular, a, dir, name)
 	if err != nil {
-		return Attr{}, f.wrap("create", name, err)
+		return Attr{}, err
 	}
 	if how == CreateExclusive {
 		n.HasVerf, n.Verifier = true, verf
@@ -411,12 +421,9 @@ func (f *View) mknode(dir InodeID, name string, t FileType, a NewAttr, target st
 	default:
 		return Attr{}, pathErr(op, name, syscall.EINVAL)
 	}
-	if e := checkName(name); e != 0 {
-		return Attr{}, pathErr(op, name, e)
-	}
-	n, err := f.newInode(t, a, dir, name)
+	n, err := f.newInode(op, t, a, dir, name)
 	if err != nil {
-		return Attr{}, f.wrap(op, name, err)
+		return Attr{}, err
 	}
 	if t == TypeSymlink {
 		n.Mode = 0o777

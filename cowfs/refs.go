@@ -2,7 +2,6 @@ package cowfs
 
 import (
 	"context"
-	"syscall"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -32,17 +31,17 @@ func (r *refLog) set(tx kv.Txn, key, ref []byte) error {
 // later transaction of the same operation references).
 func (r *refLog) content(h []byte) { r.hashes = append(r.hashes, append([]byte(nil), h...)) }
 
-// updateRefs runs fn in a read-write transaction under the tracker, and
-// records for a running sweep the hashes the committed attempt logged.
+// updateRefs is Store.updateRefs.
 func (f *View) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
-	return updateRefsWith(ctx, f.store, f.tracker, fn)
+	return f.s.updateRefs(ctx, fn)
 }
 
-// updateRefsWith is updateRefs for a store and tracker without a view.
-func updateRefsWith(ctx context.Context, store kv.Store, tracker *Tracker, fn func(tx kv.Txn, refs *refLog) error) error {
-	return tracker.commitWith(func(record func([][]byte)) error {
+// updateRefs runs fn in a read-write transaction under the tracker, and
+// records for a running sweep the hashes the committed attempt logged.
+func (s *Store) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
+	return s.tracker.commitWith(func(record func([][]byte)) error {
 		var refs refLog
-		err := store.Update(ctx, func(tx kv.Txn) error {
+		err := s.kv.Update(ctx, func(tx kv.Txn) error {
 			refs.hashes = refs.hashes[:0] // a retried attempt starts over
 			return fn(tx, &refs)
 		})
@@ -56,13 +55,7 @@ func updateRefsWith(ctx context.Context, store kv.Store, tracker *Tracker, fn fu
 // updateData is update (without the namespace lock) for calls that may
 // write block references.
 func (f *View) updateData(op, name string, fn func(tx kv.Txn, st state, refs *refLog) error) error {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(true)
-	if err != nil {
-		return pathErr(op, name, err.(syscall.Errno))
-	}
-	f.dirty.Store(true) // before the commit: a racing fork must not miss it
-	err = f.updateRefs(f.ctx, func(tx kv.Txn, refs *refLog) error { return fn(tx, st, refs) })
-	return f.wrap(op, name, err)
+	return f.write(op, name, func(st state) error {
+		return f.updateRefs(f.ctx, func(tx kv.Txn, refs *refLog) error { return fn(tx, st, refs) })
+	})
 }

@@ -179,34 +179,9 @@ func (f *View) dropSillyEntry(tx kv.Txn, st state, dir InodeID, s uint64) (Inode
 // PurgeData deletes layer l's blocks of inodes that are deleted in l (as
 // DropSillyLocked leaves them), in batches of small transactions.
 func (s *Store) PurgeData(ctx context.Context, l LayerID, inos []InodeID) error {
-	store := s.kv
 	for _, ino := range inos {
-		for {
-			var keys [][]byte
-			err := store.View(ctx, func(tx kv.Txn) error {
-				keys = keys[:0]
-				return tx.Iterate(dataPrefix(l, ino), nil, true, func(k, _ []byte) (bool, error) {
-					keys = append(keys, append([]byte(nil), k...))
-					return len(keys) < 4096, nil
-				})
-			})
-			if err != nil {
-				return err
-			}
-			if len(keys) == 0 {
-				break
-			}
-			err = store.Update(ctx, func(tx kv.Txn) error {
-				for _, k := range keys {
-					if err := tx.Delete(k); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return err
-			}
+		if _, err := deletePrefix(ctx, s.kv, dataPrefix(l, ino)); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -2,7 +2,6 @@ package lint
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"path/filepath"
 	"strconv"
@@ -23,19 +22,8 @@ var keyOwners = map[byte]string{
 // that is how a package reads or writes another package's keys.
 func TestKeyOwnership(t *testing.T) {
 	for _, dir := range []string{"kv", "cowfs", "branches", "nfsserver", "nfsserver/control", "cmd/branchnfs"} {
-		files, err := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
-		if err != nil {
-			t.Fatal(err)
-		}
 		fset := token.NewFileSet()
-		for _, path := range files {
-			if strings.HasSuffix(path, "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(fset, path, nil, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, f := range parseDir(t, fset, filepath.Join("..", "..", dir)) {
 			ast.Inspect(f, func(n ast.Node) bool {
 				cl, ok := n.(*ast.CompositeLit)
 				if !ok || len(cl.Elts) == 0 || !isByteSlice(cl.Type) {
