@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/branchnfs/branchnfs/kv"
 	"github.com/restic/chunker"
@@ -110,27 +111,55 @@ func refHashes(ref []byte, fn func(h []byte)) {
 // chunkCache keeps the last few chunks one blockReader fetched, so a READ
 // spanning several blocks fetches each chunk once: the blocks of a
 // rechunked run use consecutive chunks, each by a few consecutive blocks.
+// A READ within one block (keep unset) caches nothing: it copies just the
+// bytes it needs out of the chunks they lie in.
 type chunkCache struct {
 	ents [4]struct {
 		h    [32]byte
-		data []byte
+		data []byte // from chunkBufs
 		ok   bool
 	}
 	next    int
-	fetches int // store reads, for tests
+	keep    bool // cache what is fetched (a READ of several blocks)
+	fetches int  // store reads, for tests
+}
+
+// chunkBufs recycles the chunk caches' buffers across READs.
+var chunkBufs = sync.Pool{New: func() any { b := make([]byte, 0, chunkMax); return &b }}
+
+// release gives the chunk cache's buffers back; br must not read after.
+func (br *blockReader) release() {
+	for i := range br.chunks.ents {
+		if e := &br.chunks.ents[i]; e.data != nil {
+			b := e.data[:0]
+			chunkBufs.Put(&b)
+			e.data, e.ok = nil, false
+		}
+	}
+}
+
+// cached returns chunk h if the cache holds it.
+func (br *blockReader) cached(h []byte) ([]byte, bool) {
+	for i := range br.chunks.ents {
+		if e := &br.chunks.ents[i]; e.ok && bytes.Equal(e.h[:], h) {
+			return e.data, true
+		}
+	}
+	return nil, false
 }
 
 // chunk returns the content of chunk h, valid until the next call.
 func (br *blockReader) chunk(h []byte) ([]byte, error) {
 	c := &br.chunks
-	for i := range c.ents {
-		if e := &c.ents[i]; e.ok && bytes.Equal(e.h[:], h) {
-			return e.data, nil
-		}
+	if data, ok := br.cached(h); ok {
+		return data, nil
 	}
 	e := &c.ents[c.next]
 	c.next = (c.next + 1) % len(c.ents)
 	e.ok = false
+	if e.data == nil {
+		e.data = *chunkBufs.Get().(*[]byte)
+	}
 	c.fetches++
 	err := br.tx.GetFunc(contentKey(h), func(v []byte) error {
 		e.data = append(e.data[:0], v...)
@@ -168,6 +197,138 @@ func (br *blockReader) chunkContent(ref, dst []byte) error {
 	}
 	clear(dst[n:])
 	return applyPatches(dst, edits)
+}
+
+// contentRange is content for a READ that needs only bytes [lo, hi) of
+// the block: for a chunk reference it reads only the chunks those bytes lie
+// in (through the cache if the READ spans more blocks). Bytes of dst
+// outside [lo, hi) are then unspecified.
+func (br *blockReader) contentRange(r resolved, dst []byte, lo, hi uint64) error {
+	if len(r.ref) == 0 || r.ref[0] != refChunks {
+		return br.content(r, dst)
+	}
+	sl, edits, ok := chunkRefParts(r.ref)
+	if !ok {
+		return errCorrupt
+	}
+	n := uint64(0) // block offset of the slice
+	for ; len(sl) > 0; sl = sl[sliceLen:] {
+		off, l := uint64(binary.BigEndian.Uint32(sl[32:])), uint64(binary.BigEndian.Uint32(sl[36:]))
+		if n+l > uint64(len(dst)) {
+			return errCorrupt
+		}
+		if a, b := max(n, lo), min(n+l, hi); a < b {
+			from := func(v []byte) error {
+				if off+l > uint64(len(v)) {
+					return errCorrupt
+				}
+				copy(dst[a:b], v[off+a-n:off+b-n])
+				return nil
+			}
+			if data, ok := br.cached(sl[:32]); ok || br.chunks.keep {
+				if !ok {
+					var err error
+					if data, err = br.chunk(sl[:32]); err != nil {
+						return err
+					}
+				}
+				if err := from(data); err != nil {
+					return err
+				}
+			} else {
+				br.chunks.fetches++
+				err := br.tx.GetFunc(contentKey(sl[:32]), from)
+				if errors.Is(err, kv.ErrNotFound) {
+					return fmt.Errorf("cowfs: chunk %x of a block is missing: %w", sl[:8], errCorrupt)
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		n += l
+	}
+	if n < hi {
+		clear(dst[max(n, lo):hi])
+	}
+	if err := applyPatches(dst, edits); err != nil {
+		return err
+	}
+	if r.limit < hi {
+		clear(dst[max(r.limit, lo):hi])
+	}
+	return nil
+}
+
+// piece is bytes [off, off+n) of chunk h, to copy into dst (len n).
+type piece struct {
+	h      []byte
+	off, n uint64
+	dst    []byte
+}
+
+// addPieces appends to pieces what reading bytes [lo, hi) of the block r
+// resolves to takes, into dst (hi-lo bytes), and clears the bytes of dst
+// no slice covers (beyond the slices or beyond r.limit), if r is a chunk
+// reference without edits; it reports whether it did. bs is the block
+// size.
+func addPieces(pieces *[]piece, r resolved, dst []byte, lo, hi, bs uint64) (bool, error) {
+	if len(r.ref) == 0 || r.ref[0] != refChunks {
+		return false, nil
+	}
+	sl, edits, ok := chunkRefParts(r.ref)
+	if !ok {
+		return false, errCorrupt
+	}
+	if len(edits) > 0 {
+		return false, nil
+	}
+	stop := min(hi, r.limit) // bytes from here on read as zeros
+	n := uint64(0)           // block offset of the slice
+	for ; len(sl) > 0; sl = sl[sliceLen:] {
+		off, l := uint64(binary.BigEndian.Uint32(sl[32:])), uint64(binary.BigEndian.Uint32(sl[36:]))
+		if n+l > bs {
+			return false, errCorrupt
+		}
+		if a, b := max(n, lo), min(n+l, stop); a < b {
+			*pieces = append(*pieces, piece{h: sl[:32], off: off + a - n, n: b - a, dst: dst[a-lo : b-lo]})
+		}
+		n += l
+	}
+	if z := max(lo, min(n, stop)); z < hi {
+		clear(dst[z-lo:])
+	}
+	return true, nil
+}
+
+// fillPieces copies the pieces, reading each run of pieces of one chunk
+// with one store read: the blocks of a rechunked run use consecutive
+// chunks, so a READ reads each chunk once.
+func (br *blockReader) fillPieces(pieces []piece) error {
+	for i := 0; i < len(pieces); {
+		j := i + 1
+		for j < len(pieces) && bytes.Equal(pieces[j].h, pieces[i].h) {
+			j++
+		}
+		br.chunks.fetches++
+		err := br.tx.GetFunc(contentKey(pieces[i].h), func(v []byte) error {
+			for _, pc := range pieces[i:j] {
+				if pc.off+pc.n > uint64(len(v)) {
+					return errCorrupt
+				}
+				copy(pc.dst, v[pc.off:pc.off+pc.n])
+			}
+			return nil
+		})
+		if errors.Is(err, kv.ErrNotFound) {
+			return fmt.Errorf("cowfs: chunk %x of a block is missing: %w", pieces[i].h[:8], errCorrupt)
+		}
+		if err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
 }
 
 // chunkRefBytes is the length of the block a chunk reference makes (before

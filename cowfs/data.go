@@ -263,40 +263,62 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		if err != nil {
 			return err
 		}
+		defer br.release()
 		first, last := uint64(off)/f.bs, (end-1)/f.bs
+		br.chunks.keep = last > first
 		blocks, err := br.blockRange(first, last)
 		if err != nil {
 			return err
 		}
-		var buf []byte // scratch for partial blocks, allocated on demand
-		for idx := first; idx <= last; idx++ {
-			base := idx * f.bs
-			lo, hi := max(base, uint64(off)), min(base+f.bs, end)
-			dst := p[lo-uint64(off) : hi-uint64(off)]
-			r := blocks[idx-first]
-			if r.ref == nil {
-				clear(dst)
-				continue
-			}
-			if lo == base && hi == base+f.bs {
-				// A whole block: fill the caller's buffer directly.
-				if err := br.content(r, dst); err != nil {
-					return err
-				}
-				continue
-			}
-			if buf == nil {
-				buf = make([]byte, f.bs)
-			}
-			if err := br.content(r, buf); err != nil {
-				return err
-			}
-			copy(dst, buf[lo-base:hi-base])
+		if err := br.readBlocks(blocks, first, p[:end-uint64(off)], uint64(off)); err != nil {
+			return err
 		}
 		n = int(end - uint64(off))
 		return nil
 	})
 	return n, eof, f.wrap("read", "", err)
+}
+
+// readBlocks fills p, the file's bytes from off on, from blocks (block
+// first on). Chunk references without edits are read chunk by chunk
+// (fillPieces): each chunk once, its slices copied straight into p.
+func (br *blockReader) readBlocks(blocks []resolved, first uint64, p []byte, off uint64) error {
+	bs := br.f.bs
+	end := off + uint64(len(p))
+	var pieces []piece // allocated on demand
+	var buf []byte     // scratch for partial blocks, allocated on demand
+	for i, r := range blocks {
+		base := (first + uint64(i)) * bs
+		lo, hi := max(base, off), min(base+bs, end)
+		dst := p[lo-off : hi-off]
+		if r.ref == nil {
+			clear(dst)
+			continue
+		}
+		if pieces == nil && len(r.ref) > 0 && r.ref[0] == refChunks {
+			pieces = make([]piece, 0, 2*len(blocks)+2)
+		}
+		if ok, err := addPieces(&pieces, r, dst, lo-base, hi-base, bs); err != nil {
+			return err
+		} else if ok {
+			continue
+		}
+		if lo == base && hi == base+bs {
+			// A whole block: fill the caller's buffer directly.
+			if err := br.content(r, dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if buf == nil {
+			buf = make([]byte, bs)
+		}
+		if err := br.contentRange(r, buf, lo-base, hi-base); err != nil {
+			return err
+		}
+		copy(dst, buf[lo-base:hi-base])
+	}
+	return br.fillPieces(pieces)
 }
 
 // applyPatches applies the edits of a patch reference to data in place.
