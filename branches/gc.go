@@ -93,6 +93,13 @@ func (m *Manager) sweptBlocks(ctx context.Context, n int) {
 	if m.gc.swept < m.opts.GCAfterSwept {
 		return
 	}
+	m.gcLogged(ctx, "branches: gave disk space back", 0)
+}
+
+// gcLogged runs GC for the background reclaimer and logs msg with what it
+// gave back (pruned counts hidden blocks pruned just before it), or why
+// it failed. Caller holds gc.mu.
+func (m *Manager) gcLogged(ctx context.Context, msg string, pruned int) {
 	st, err := m.gcLocked(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -100,8 +107,8 @@ func (m *Manager) sweptBlocks(ctx context.Context, n int) {
 		}
 		return
 	}
-	m.opts.Logger.Info("branches: gave disk space back", "before", kv.FormatBytes(uint64(st.DiskBefore)),
-		"after", kv.FormatBytes(uint64(max(st.DiskAfter, 0))), "pruned", st.Pruned, "blocks", st.Reclaim.Blocks, "rewrites", st.Rewrites)
+	m.opts.Logger.Info(msg, "before", kv.FormatBytes(uint64(st.DiskBefore)),
+		"after", kv.FormatBytes(uint64(max(st.DiskAfter, 0))), "pruned", pruned+st.Pruned, "blocks", st.Reclaim.Blocks, "rewrites", st.Rewrites)
 }
 
 // idleGCMin: the idle reclaimer gives space back once this much was freed
@@ -131,15 +138,7 @@ func (m *Manager) idleGC(ctx context.Context) {
 	if m.gc.swept < idleGCMin {
 		return
 	}
-	st, err := m.gcLocked(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.opts.Logger.Warn("branches: giving disk space back failed", "err", err)
-		}
-		return
-	}
-	m.opts.Logger.Info("branches: gave disk space back while idle", "before", kv.FormatBytes(uint64(st.DiskBefore)),
-		"after", kv.FormatBytes(uint64(max(st.DiskAfter, 0))), "pruned", pruned+st.Pruned, "blocks", st.Reclaim.Blocks, "rewrites", st.Rewrites)
+	m.gcLogged(ctx, "branches: gave disk space back while idle", pruned)
 }
 
 // pruneShadowed runs cowfs.PruneShadowed on every pair of neighbours

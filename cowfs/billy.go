@@ -483,8 +483,8 @@ func modeToPOSIX(m os.FileMode) uint32 {
 	return p
 }
 
-// GoMode converts an Attr's type and POSIX mode to a Go FileMode.
-func GoMode(a Attr) os.FileMode {
+// goMode converts an Attr's type and POSIX mode to a Go FileMode.
+func goMode(a Attr) os.FileMode {
 	m := os.FileMode(a.Mode & 0o777)
 	if a.Mode&ModeSetuid != 0 {
 		m |= os.ModeSetuid
@@ -521,7 +521,7 @@ type FileInfo struct {
 
 func (i *FileInfo) Name() string       { return i.name }
 func (i *FileInfo) Size() int64        { return int64(i.A.Size) }
-func (i *FileInfo) Mode() os.FileMode  { return GoMode(i.A) }
+func (i *FileInfo) Mode() os.FileMode  { return goMode(i.A) }
 func (i *FileInfo) ModTime() time.Time { return i.A.Mtime }
 func (i *FileInfo) IsDir() bool        { return i.A.Type == TypeDir }
 func (i *FileInfo) Sys() any           { return &i.A }

@@ -36,8 +36,6 @@ func CheckName(name string) syscall.Errno {
 	return 0
 }
 
-func checkName(name string) syscall.Errno { return CheckName(name) }
-
 func now() int64 { return time.Now().UnixNano() }
 
 // slotRec is the topmost record of one directory slot.
@@ -250,7 +248,7 @@ func (f *View) lookup(dir InodeID, name string) (Attr, error) {
 			a = n.attr()
 			return nil
 		}
-		if e := checkName(name); e != 0 {
+		if e := CheckName(name); e != 0 {
 			return e
 		}
 		en, _, err := f.findEntry(tx, st, dir, name)
@@ -318,7 +316,7 @@ func (f *View) write(op, name string, commit func(st state) error) error {
 // newInode checks name and returns a new inode of type t to link as
 // dir/name; errors come wrapped for op.
 func (f *View) newInode(op string, t FileType, a NewAttr, dir InodeID, name string) (*inode, error) {
-	if e := checkName(name); e != 0 {
+	if e := CheckName(name); e != 0 {
 		return nil, pathErr(op, name, e)
 	}
 	ino, err := f.alloc.Next(f.ctx, "ino")
@@ -452,7 +450,7 @@ func (f *View) mknode(dir InodeID, name string, t FileType, a NewAttr, target st
 }
 
 func (f *View) link(ino, dir InodeID, name string) (Attr, error) {
-	if e := checkName(name); e != 0 {
+	if e := CheckName(name); e != 0 {
 		return Attr{}, pathErr("link", name, e)
 	}
 	var out Attr
@@ -559,7 +557,7 @@ func (f *View) remove(dir InodeID, name string, isDir bool) error {
 	if name == ".." {
 		return pathErr(op, name, syscall.ENOTEMPTY)
 	}
-	if e := checkName(name); e != 0 {
+	if e := CheckName(name); e != 0 {
 		return pathErr(op, name, e)
 	}
 	return f.update(op, name, true, func(tx kv.Txn, st state) error {
@@ -629,7 +627,7 @@ func (f *View) isAncestor(tx kv.Txn, st state, a, dir InodeID) (bool, error) {
 
 func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName string) error {
 	for _, nm := range []string{srcName, dstName} {
-		if e := checkName(nm); e != 0 {
+		if e := CheckName(nm); e != 0 {
 			return pathErr("rename", nm, e)
 		}
 	}

@@ -6,13 +6,16 @@ import (
 	"github.com/branchnfs/branchnfs/kv"
 )
 
+// StatFS is Store.StatFS (FSSTAT asks it of a view).
+func (f *View) StatFS() (StatFS, error) { return f.s.StatFS() }
+
 // StatFS reports the space of the disk holding the store, as far as the
 // store may use it: a store that keeps a free-space reserve
 // (kv.SpaceReporter) does not count the reserve as free, so that clients
 // see a full disk when writes start to fail with ENOSPC. Without a
 // reporter it reports Options.StatDir's filesystem.
-func (f *View) StatFS() (StatFS, error) {
-	if r, ok := f.store.(kv.SpaceReporter); ok {
+func (s *Store) StatFS() (StatFS, error) {
+	if r, ok := s.kv.(kv.SpaceReporter); ok {
 		// An in-memory store has no filesystem and says so.
 		if sp, err := r.Space(); err == nil {
 			return StatFS{
@@ -21,7 +24,7 @@ func (f *View) StatFS() (StatFS, error) {
 			}, nil
 		}
 	}
-	return statFS(f.opts.StatDir)
+	return statFS(s.opts.StatDir)
 }
 
 func statFS(dir string) (StatFS, error) {
