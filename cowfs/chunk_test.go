@@ -152,14 +152,7 @@ func TestRechunkReadsSame(t *testing.T) {
 	write(holes, 20*bs+5, []byte("edit"))   // a patch splits the run
 	truncate(holes, 30*bs+7)
 	write(holes, 35*bs, randBytes(r, 100)) // grown again: a hole, then a block
-	y := f.Top()
-	x, err := sto.NewLayerOver(ctx, y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.SetTop(x); err != nil {
-		t.Fatal(err)
-	}
+	x, y := pushLayer(t, f)
 	write(a, 5*bs+3, []byte("patch-of-a-hash-block")) // patch over y's plain block
 	truncate(b, 100*bs+9)                             // x's Cut hides y's blocks past it
 	write(b, 120*bs, randBytes(r, 2*bs))

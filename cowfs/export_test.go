@@ -2,6 +2,7 @@ package cowfs
 
 import (
 	"context"
+	"testing"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -16,6 +17,21 @@ func (s *Store) NewLayerOver(ctx context.Context, below LayerID) (LayerID, error
 	}
 	err = s.Update(ctx, func(tx *Txn) error { return tx.PutLayer(l, below) })
 	return l, err
+}
+
+// pushLayer freezes f's top y under a new empty layer x, which becomes
+// f's top.
+func pushLayer(t testing.TB, f *View) (x, y LayerID) {
+	t.Helper()
+	y = f.Top()
+	x, err := f.s.NewLayerOver(context.Background(), y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTop(x); err != nil {
+		t.Fatal(err)
+	}
+	return x, y
 }
 
 // SetTop re-points the view at another layer stack (after a fork, commit or
@@ -52,10 +68,7 @@ func (f *View) CacheLen() int {
 func (f *View) Store() *Store { return f.s }
 
 // openStore is Open for tests: it fails the test on error.
-func openStore(t interface {
-	Helper()
-	Fatal(...any)
-}, st kv.Store, opts Options) *Store {
+func openStore(t testing.TB, st kv.Store, opts Options) *Store {
 	t.Helper()
 	s, err := Open(context.Background(), st, opts)
 	if err != nil {

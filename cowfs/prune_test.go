@@ -48,14 +48,7 @@ func TestPruneShadowed(t *testing.T) {
 	shrunk := mk("shrunk", 8*bs)
 	deleted := mk("deleted", 8*bs)
 	untouched := mk("untouched", 3*bs)
-	y := f.Top()
-	x, err := sto.NewLayerOver(ctx, y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.SetTop(x); err != nil {
-		t.Fatal(err)
-	}
+	x, y := pushLayer(t, f)
 	write := func(ino InodeID, off int, p []byte) {
 		t.Helper()
 		if _, err := f.WriteAt(ino, p, int64(off)); err != nil {

@@ -120,14 +120,7 @@ func TestReclaimRaceFoldTrim(t *testing.T) {
 	}
 	want = want[:bs+len(p)]
 	// Truncate in a layer x over y: x's record cuts y's second block.
-	y := f.Top()
-	x, err := sto.NewLayerOver(ctx, y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.SetTop(x); err != nil {
-		t.Fatal(err)
-	}
+	x, y := pushLayer(t, f)
 	size := uint64(len(want))
 	if _, err := f.SetAttr(b.Ino, SetAttr{Size: &size}); err != nil {
 		t.Fatal(err)

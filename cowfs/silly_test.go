@@ -35,14 +35,7 @@ func TestIsSillyName(t *testing.T) {
 func TestFoldKeepsSillyIndex(t *testing.T) {
 	ctx := context.Background()
 	f, _, sto := newTestFS(t, Options{})
-	y := f.Top()
-	x, err := sto.NewLayerOver(ctx, y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.SetTop(x); err != nil {
-		t.Fatal(err)
-	}
+	x, y := pushLayer(t, f)
 	a, err := f.Create(RootIno, "f", CreateGuarded, NewAttr{Mode: 0o644}, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -66,14 +66,7 @@ func TestFoldKeepsWhiteoutInProbeChain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	y := f.Top()
-	x, err := sto.NewLayerOver(ctx, y)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.SetTop(x); err != nil {
-		t.Fatal(err)
-	}
+	x, y := pushLayer(t, f)
 	// Removing the head of the chain leaves a whiteout in x that the rest
 	// of the chain depends on.
 	if err := f.Unlink(RootIno, names[0]); err != nil {
