@@ -169,7 +169,7 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 	// A branch that is committed or aborted stays so: its checkpoints can
 	// go without opMu.
 	for len(deadCPs) > 0 {
-		n := min(len(deadCPs), 1000)
+		n := min(len(deadCPs), m.cow.DeleteBatch(9+64)) // a checkpoint key: prefix, branch id, label
 		err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
 			for _, k := range deadCPs[:n] {
 				if err := tx.Delete(k); err != nil && !errors.Is(err, kv.ErrNotFound) {

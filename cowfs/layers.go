@@ -104,7 +104,7 @@ func (s *Store) DeleteLayer(ctx context.Context, l LayerID) (int, error) {
 }
 
 // deletePrefix deletes every key with prefix pfx, in transactions of at
-// most 4096 keys, and returns how many it deleted.
+// most deleteBatch keys, and returns how many it deleted.
 func deletePrefix(ctx context.Context, store kv.Store, pfx []byte) (int, error) {
 	total := 0
 	for {
@@ -113,7 +113,7 @@ func deletePrefix(ctx context.Context, store kv.Store, pfx []byte) (int, error) 
 			keys = keys[:0]
 			return tx.Iterate(pfx, nil, true, func(k, _ []byte) (bool, error) {
 				keys = append(keys, append([]byte(nil), k...))
-				return len(keys) < 4096, nil
+				return len(keys) < deleteBatch(store, LayerKeyLen), nil
 			})
 		})
 		if err != nil || len(keys) == 0 {

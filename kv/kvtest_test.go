@@ -34,3 +34,11 @@ func TestInMemoryLargeValue(t *testing.T) {
 		t.Fatalf("a value just under 1 MiB: %v", err)
 	}
 }
+
+// TestSuiteLimited: the Limited wrapper passes the suite, its Limits case
+// included, so tests that run code over it see etcd's bounds enforced.
+func TestSuiteLimited(t *testing.T) {
+	kvtest.RunSuite(t, func(t *testing.T) kv.Store {
+		return kvtest.Limited(kvtest.NewStore(t), kv.Limits{Writes: 128, Reads: 128, Bytes: 1 << 20, OpBytes: 24})
+	})
+}
