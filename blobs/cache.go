@@ -75,6 +75,22 @@ type Cache struct {
 
 	hits, misses, corrupt, evicted atomic.Int64
 	lastWarn                       atomic.Int64 // unix nanoseconds of the last write warning
+	lastStamp                      atomic.Int64 // unix nanoseconds of the last recency stamp
+}
+
+// stamp records in p's times that it was used now, later than every file
+// stamped before: a restart orders the files by it. The time the kernel
+// gives a new file is coarser (a clock tick) than the order of two puts.
+func (c *Cache) stamp(p string) {
+	for {
+		last := c.lastStamp.Load()
+		now := max(time.Now().UnixNano(), last+1)
+		if c.lastStamp.CompareAndSwap(last, now) {
+			t := time.Unix(0, now)
+			os.Chtimes(p, t, t) // best effort
+			return
+		}
+	}
 }
 
 type cacheEntry struct {
@@ -229,8 +245,7 @@ func (c *Cache) read(key Key) ([]byte, bool) {
 	p := c.path(key)
 	data, err := os.ReadFile(p)
 	if err == nil && Sum(data) == key {
-		now := time.Now()
-		os.Chtimes(p, now, now) // the recency a restart sees; best effort
+		c.stamp(p) // the recency a restart sees
 		return data, true
 	}
 	if err == nil {
@@ -283,6 +298,7 @@ func (c *Cache) insert(key Key, data []byte) {
 			os.Remove(f.Name())
 			return err
 		}
+		c.stamp(p)
 		if el, ok := c.idx[key]; ok {
 			c.lru.MoveToFront(el)
 			return nil // the same content again
