@@ -80,45 +80,15 @@ func TestRechunkReadsSame(t *testing.T) {
 	ctx := context.Background()
 	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(11, 12))
-	models := map[InodeID][]byte{}
+	fm := newFileModel(t, f)
+	models := fm.files
 	names := map[string]InodeID{}
 	mk := func(name string, p []byte) InodeID {
-		a, err := f.Create(RootIno, name, CreateGuarded, NewAttr{Mode: 0o644}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt(a.Ino, p, 0); err != nil {
-			t.Fatal(err)
-		}
-		models[a.Ino] = bytes.Clone(p)
-		names[name] = a.Ino
-		return a.Ino
+		ino := fm.create(name, p)
+		names[name] = ino
+		return ino
 	}
-	write := func(ino InodeID, off int, p []byte) {
-		t.Helper()
-		if _, err := f.WriteAt(ino, p, int64(off)); err != nil {
-			t.Fatal(err)
-		}
-		m := models[ino]
-		if off+len(p) > len(m) {
-			m = append(m, make([]byte, off+len(p)-len(m))...)
-		}
-		copy(m[off:], p)
-		models[ino] = m
-	}
-	truncate := func(ino InodeID, size int) {
-		t.Helper()
-		s := uint64(size)
-		if _, err := f.SetAttr(ino, SetAttr{Size: &s}); err != nil {
-			t.Fatal(err)
-		}
-		m := models[ino]
-		if size <= len(m) {
-			models[ino] = m[:size]
-		} else {
-			models[ino] = append(m, make([]byte, size-len(m))...)
-		}
-	}
+	write, truncate := fm.write, fm.truncate
 	check := func(when string) {
 		t.Helper()
 		for name, ino := range names {
@@ -208,7 +178,7 @@ func TestRechunkReadsSame(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f = folded
+	f, fm.f = folded, folded
 	check("after folding x into y")
 	sweepAround(t, sto, func() {})
 	check("after a sweep")

@@ -26,8 +26,9 @@
 // A Store (store.go, opened with Open over a kv.Store) owns every key
 // cowfs defines, the id allocator, the block tracker and the options; views
 // are made from it (Store.View, FreshView, OpenView), and so are new trees,
-// merges, diffs, folds, prunes and the block sweep. Its Txn lets a caller
-// write layer records in the same transaction as its own keys.
+// merges, diffs, folds, prunes, rechunks, space accounting and the block
+// sweep. Its Txn lets a caller write layer records in the same transaction
+// as its own keys, which it reaches through Txn.KV and Store.KV.
 //
 // APIs: the inode-level calls in api.go (used by the NFS server), and the
 // go-billy v5 filesystem returned by View.Billy (billy.Filesystem,

@@ -31,49 +31,15 @@ func TestPruneShadowed(t *testing.T) {
 	ctx := context.Background()
 	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(7, 8))
-	models := map[InodeID][]byte{}
-	mk := func(name string, size int) InodeID {
-		a, err := f.Create(RootIno, name, CreateGuarded, NewAttr{Mode: 0o644}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := randBytes(r, size)
-		if _, err := f.WriteAt(a.Ino, p, 0); err != nil {
-			t.Fatal(err)
-		}
-		models[a.Ino] = p
-		return a.Ino
-	}
+	fm := newFileModel(t, f)
+	models := fm.files
+	mk := func(name string, size int) InodeID { return fm.create(name, randBytes(r, size)) }
 	rewritten := mk("rewritten", 8*bs)
 	shrunk := mk("shrunk", 8*bs)
 	deleted := mk("deleted", 8*bs)
 	untouched := mk("untouched", 3*bs)
 	x, y := pushLayer(t, f)
-	write := func(ino InodeID, off int, p []byte) {
-		t.Helper()
-		if _, err := f.WriteAt(ino, p, int64(off)); err != nil {
-			t.Fatal(err)
-		}
-		m := models[ino]
-		if off+len(p) > len(m) {
-			m = append(m, make([]byte, off+len(p)-len(m))...)
-		}
-		copy(m[off:], p)
-		models[ino] = m
-	}
-	truncate := func(ino InodeID, size int) {
-		t.Helper()
-		s := uint64(size)
-		if _, err := f.SetAttr(ino, SetAttr{Size: &s}); err != nil {
-			t.Fatal(err)
-		}
-		m := models[ino]
-		if size <= len(m) {
-			models[ino] = m[:size]
-		} else {
-			models[ino] = append(m, make([]byte, size-len(m))...)
-		}
-	}
+	write, truncate := fm.write, fm.truncate
 	write(rewritten, bs, randBytes(r, 3*bs))  // blocks 1-3 hidden
 	write(rewritten, 6*bs+5, randBytes(r, 9)) // a patch of block 6 hides it too
 	truncate(shrunk, 2*bs+100)                // blocks 3-7 hidden, 2 straddles
@@ -113,4 +79,57 @@ func TestPruneShadowed(t *testing.T) {
 		t.Fatalf("second prune: %d, %v; want nothing left", n, err)
 	}
 	check("after a second prune")
+}
+
+// fileModel writes files through a view and keeps the bytes each should
+// hold.
+type fileModel struct {
+	t     testing.TB
+	f     *View
+	files map[InodeID][]byte
+}
+
+func newFileModel(t testing.TB, f *View) *fileModel {
+	return &fileModel{t: t, f: f, files: map[InodeID][]byte{}}
+}
+
+// create makes file name in the root holding p.
+func (m *fileModel) create(name string, p []byte) InodeID {
+	m.t.Helper()
+	a, err := m.f.Create(RootIno, name, CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	if _, err := m.f.WriteAt(a.Ino, p, 0); err != nil {
+		m.t.Fatal(err)
+	}
+	m.files[a.Ino] = bytes.Clone(p)
+	return a.Ino
+}
+
+func (m *fileModel) write(ino InodeID, off int, p []byte) {
+	m.t.Helper()
+	if _, err := m.f.WriteAt(ino, p, int64(off)); err != nil {
+		m.t.Fatal(err)
+	}
+	b := m.files[ino]
+	if off+len(p) > len(b) {
+		b = append(b, make([]byte, off+len(p)-len(b))...)
+	}
+	copy(b[off:], p)
+	m.files[ino] = b
+}
+
+func (m *fileModel) truncate(ino InodeID, size int) {
+	m.t.Helper()
+	s := uint64(size)
+	if _, err := m.f.SetAttr(ino, SetAttr{Size: &s}); err != nil {
+		m.t.Fatal(err)
+	}
+	b := m.files[ino]
+	if size <= len(b) {
+		m.files[ino] = b[:size]
+	} else {
+		m.files[ino] = append(b, make([]byte, size-len(b))...)
+	}
 }

@@ -60,6 +60,26 @@ func leaveGarbage(t *testing.T, f *View, name string, first, p []byte) {
 	}
 }
 
+// overGarbage leaves garbage content p (see leaveGarbage) and writes a
+// file b of two blocks and a bit whose second block starts with p. It
+// returns b and its bytes up to the end of p: truncated there, b's last
+// block equals the garbage.
+func overGarbage(t *testing.T, f *View, r *rand.Rand) (Attr, []byte) {
+	t.Helper()
+	bs := f.BlockSize()
+	first, p := randBytes(r, bs), randBytes(r, 1000)
+	leaveGarbage(t, f, "garbage", first, p)
+	b, err := f.Create(RootIno, "b", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(append(randBytes(r, bs), p...), randBytes(r, bs-len(p))...)
+	if _, err := f.WriteAt(b.Ino, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	return b, want[:bs+len(p)]
+}
+
 func readAll(t *testing.T, f *View, ino InodeID, n int) []byte {
 	t.Helper()
 	got := make([]byte, n+10)
@@ -76,19 +96,7 @@ func readAll(t *testing.T, f *View, ino InodeID, n int) []byte {
 func TestReclaimRaceTruncate(t *testing.T) {
 	const bs = 4096
 	f, _, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
-	r := rand.New(rand.NewPCG(1, 2))
-	first, p := randBytes(r, bs), randBytes(r, 1000)
-	leaveGarbage(t, f, "garbage", first, p)
-
-	b, err := f.Create(RootIno, "b", CreateGuarded, NewAttr{Mode: 0o644}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := append(append(randBytes(r, bs), p...), randBytes(r, bs-len(p))...)
-	if _, err := f.WriteAt(b.Ino, want, 0); err != nil {
-		t.Fatal(err)
-	}
-	want = want[:bs+len(p)]
+	b, want := overGarbage(t, f, rand.New(rand.NewPCG(1, 2)))
 	sweepAround(t, sto, func() {
 		size := uint64(len(want))
 		if _, err := f.SetAttr(b.Ino, SetAttr{Size: &size}); err != nil {
@@ -107,18 +115,7 @@ func TestReclaimRaceFoldTrim(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
 	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
-	r := rand.New(rand.NewPCG(3, 4))
-	first, p := randBytes(r, bs), randBytes(r, 1000)
-	leaveGarbage(t, f, "garbage", first, p)
-	b, err := f.Create(RootIno, "b", CreateGuarded, NewAttr{Mode: 0o644}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := append(append(randBytes(r, bs), p...), randBytes(r, bs-len(p))...)
-	if _, err := f.WriteAt(b.Ino, want, 0); err != nil {
-		t.Fatal(err)
-	}
-	want = want[:bs+len(p)]
+	b, want := overGarbage(t, f, rand.New(rand.NewPCG(3, 4)))
 	// Truncate in a layer x over y: x's record cuts y's second block.
 	x, y := pushLayer(t, f)
 	size := uint64(len(want))
