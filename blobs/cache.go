@@ -20,7 +20,8 @@ import (
 // CacheOptions configures a Cache.
 type CacheOptions struct {
 	// Dir holds the cached blobs (created if need be). One Cache at a
-	// time may use it.
+	// time may use it: OpenCache locks it (the file "lock" in it) until
+	// Close, and fails while another process or Cache holds it.
 	Dir string
 	// MaxBytes bounds the bytes of the cached blobs (default 1 GiB); the
 	// filesystem adds up to a block per file. A blob larger than it is
@@ -60,6 +61,7 @@ type Cache struct {
 	back Store
 	o    CacheOptions // read only
 	tmp  string       // directory of files being written
+	lock *os.File     // holds the directory's lock until Close
 	sf   singleflight.Group
 
 	// mu protects the index and the directory's blob files: a file is
@@ -108,6 +110,20 @@ func OpenCache(back Store, o CacheOptions) (*Cache, error) {
 		return nil, errors.New("blobs: the cache needs a directory")
 	}
 	c := &Cache{back: back, o: o, tmp: filepath.Join(o.Dir, "tmp"), lru: list.New(), idx: map[Key]*list.Element{}}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("blobs: cache %s: %w; give a directory this user can write", o.Dir, err)
+	}
+	lock, err := lockDir(o.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c.lock = lock
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Close()
+		}
+	}()
 	// Files being written when the last process stopped are incomplete.
 	if err := os.RemoveAll(c.tmp); err != nil {
 		return nil, fmt.Errorf("blobs: cache %s: %w", o.Dir, err)
@@ -120,12 +136,12 @@ func OpenCache(back Store, o CacheOptions) (*Cache, error) {
 		mtime time.Time
 	}
 	var files []found
-	err := filepath.WalkDir(o.Dir, func(path string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(o.Dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			if path != o.Dir && path != c.tmp && len(d.Name()) != 2 {
+			if path != o.Dir && len(d.Name()) != 2 {
 				return fs.SkipDir
 			}
 			return nil
@@ -152,6 +168,7 @@ func OpenCache(back Store, o CacheOptions) (*Cache, error) {
 	c.mu.Lock()
 	c.evictLocked(nil) // MaxBytes may be smaller than last time
 	c.mu.Unlock()
+	ok = true
 	return c, nil
 }
 
@@ -384,6 +401,7 @@ func (c *Cache) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.lock.Close() // releases the directory's lock
 	c.mu.Unlock()
 	return c.back.Close()
 }

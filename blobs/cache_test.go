@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -78,11 +79,12 @@ func mustGet(t *testing.T, s blobs.Store, k blobs.Key, want []byte) {
 	}
 }
 
-// dirBytes sums the sizes of the blob files under dir.
+// dirBytes sums the sizes of the blob files under dir (and of any
+// temporary files left, which count as blob files here).
 func dirBytes(t *testing.T, dir string) (files int, n int64) {
 	t.Helper()
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil || d.IsDir() || d.Name() == "lock" {
 			return err
 		}
 		info, err := d.Info()
@@ -171,6 +173,9 @@ func TestCacheRestart(t *testing.T) {
 	}
 	k0, d0 := blob(0, size)
 	mustGet(t, c, k0, d0) // the most recently used
+	if _, err := blobs.OpenCache(back, blobs.CacheOptions{Dir: dir}); err == nil || !strings.Contains(err.Error(), "in use") {
+		t.Fatalf("a second cache on a directory in use: %v, want an error saying so", err)
+	}
 	// A write cut short by a crash leaves a file in tmp.
 	if err := os.WriteFile(filepath.Join(dir, "tmp", "blob-123"), []byte("partial"), 0o600); err != nil {
 		t.Fatal(err)
