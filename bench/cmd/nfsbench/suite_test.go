@@ -109,3 +109,16 @@ func TestKernelRows(t *testing.T) {
 		t.Errorf("missed = %q, want only rm (3 s vs 1 s)", missed)
 	}
 }
+
+// A baseline build's memory is shown but is not one of our missed targets.
+func TestRenderMemoryBaselineNotMissed(t *testing.T) {
+	r := &Results{Memory: []memRow{
+		{Phase: "metadata, 10 files", PeakRSS: 310 << 20},
+		{Phase: "baseline: metadata, 10 files", PeakRSS: 400 << 20},
+	}}
+	md := renderMarkdown(r)
+	missed := md[strings.Index(md, "## Targets missed"):]
+	if !strings.Contains(missed, "during metadata, 10 files: 310 MiB") || strings.Contains(missed, "baseline") {
+		t.Errorf("targets missed:\n%s", missed)
+	}
+}
