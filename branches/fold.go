@@ -17,13 +17,18 @@ import (
 
 // Fold folds until no branch's stack is deeper than Options.FoldDepth, and
 // returns how many layers it folded.
-func (m *Manager) Fold(ctx context.Context) (int, error) {
+func (m *Manager) Fold(ctx context.Context) (int, error) { return m.fold(ctx, -1) }
+
+// fold folds at most limit layers (no bound if negative). The reclaimer
+// bounds it: commits that keep coming stack new layers as fast as it
+// folds, and an unbounded fold would then hold gc.mu for good.
+func (m *Manager) fold(ctx context.Context, limit int) (int, error) {
 	// One fold at a time: two could pick overlapping pairs (x into y while
 	// y goes into z), and copies run without opMu.
 	m.foldMu.Lock()
 	defer m.foldMu.Unlock()
 	folded := 0
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && (limit < 0 || folded < limit) {
 		ok, err := m.foldOne(ctx)
 		if err != nil || !ok {
 			return folded, err

@@ -1,6 +1,7 @@
 package branches_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -398,4 +399,226 @@ func TestConcurrentBranches(t *testing.T) {
 		}
 	}
 	t.Logf("%d writes per worker, %d children committed into w0", writes, len(committed))
+}
+
+// TestGCRace runs GC (rechunking, sweeps, prunes of hidden blocks, the
+// store's log rewrites) and the space accounting over and over while
+// main's writer rewrites and truncates its files and a lifecycle
+// goroutine forks children, writes and truncates in them, and commits
+// (merging with main's writes) or aborts them (run it under go test -race
+// too). Every acknowledged write reads back, during the run, at the end,
+// and after a reopen.
+func TestGCRace(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := kv.BadgerOptions{GCInterval: -1, MemTableSize: 4 << 20, ValueLogFileSize: 1 << 20}
+	st, err := kv.OpenBadger(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mopts := branches.Options{Store: st, FS: cowfs.Options{BlockSize: 4096}, ReclaimDelay: time.Millisecond, GCIdle: 5 * time.Millisecond}
+	m, err := branches.Open(ctx, mopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both keep going until minGCs GCs ran alongside them.
+	rounds, mainOps, minGCs := 24, 120, int32(4)
+	if testing.Short() {
+		rounds, mainOps, minGCs = 6, 30, 2
+	}
+	// content is version v of file name: a block every file shares (so
+	// content stays referenced across versions and files), then bytes of
+	// its own, n bytes in all.
+	content := func(name string, v, n int) []byte {
+		p := make([]byte, n)
+		x := uint64(len(name)*7919+v)*0x9e3779b97f4a7c15 + uint64(name[len(name)-1])
+		for i := range p {
+			if i < 4096 {
+				p[i] = byte(i * 13)
+				continue
+			}
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			p[i] = byte(x)
+		}
+		return p
+	}
+	// put makes file name of view v hold exactly data.
+	put := func(v *cowfs.View, name string, data []byte) error {
+		a, err := v.Create(cowfs.RootIno, name, cowfs.CreateUnchecked, cowfs.NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := v.WriteAt(a.Ino, data, 0); err != nil {
+			return err
+		}
+		size := uint64(len(data))
+		_, err = v.SetAttr(a.Ino, cowfs.SetAttr{Size: &size})
+		return err
+	}
+	get := func(v *cowfs.View, name string) ([]byte, error) {
+		a, err := v.Lookup(cowfs.RootIno, name)
+		if err != nil {
+			return nil, err
+		}
+		p := make([]byte, a.Size+1)
+		n, _, err := v.ReadAt(a.Ino, p, 0)
+		return p[:n], err
+	}
+
+	var failures atomic.Int32
+	errorf := func(format string, args ...any) {
+		if failures.Add(1) <= 20 {
+			t.Errorf(format, args...)
+		}
+	}
+	var mu sync.Mutex // protects want
+	want := map[string][]byte{}
+	stop := make(chan struct{})
+	var gcs, spaces, ops atomic.Int32
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() { // GC and the space accounting, back to back
+		defer bg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := m.GC(ctx); err != nil {
+				errorf("gc: %v", err)
+				return
+			}
+			gcs.Add(1)
+			if _, err := m.Space(ctx); err != nil {
+				errorf("space: %v", err)
+				return
+			}
+			if _, err := m.UniqueBytes(ctx); err != nil {
+				errorf("unique bytes: %v", err)
+				return
+			}
+			spaces.Add(1)
+		}
+	}()
+	var work sync.WaitGroup
+	work.Add(2)
+	go func() { // main's writer: rewrites, truncates, grows
+		defer work.Done()
+		v, _, err := m.View("main")
+		if err != nil {
+			errorf("view main: %v", err)
+			return
+		}
+		for i := 0; (i < mainOps || gcs.Load() < minGCs) && failures.Load() == 0; i++ {
+			name := fmt.Sprintf("m%d", i%4)
+			var data []byte
+			switch i % 3 {
+			case 0, 1:
+				data = content(name, i, 3*4096+i*37%5000)
+			case 2: // truncate what it holds to an unaligned size
+				mu.Lock()
+				old := want[name]
+				mu.Unlock()
+				data = old[:len(old)*2/3]
+			}
+			if err := put(v, name, data); err != nil {
+				errorf("main: put %s: %v", name, err)
+				return
+			}
+			mu.Lock()
+			want[name] = data
+			mu.Unlock()
+			ops.Add(1)
+			if got, err := get(v, name); err != nil || !bytes.Equal(got, data) {
+				errorf("main: %s reads back %d bytes (%v), want the %d just written", name, len(got), err, len(data))
+				return
+			}
+		}
+	}()
+	go func() { // forks, writes and truncates in them, commits and aborts
+		defer work.Done()
+		for i := 0; (i < rounds || gcs.Load() < minGCs) && failures.Load() == 0; i++ {
+			c := fmt.Sprintf("c%d", i)
+			ops.Add(1)
+			if _, err := m.Fork(ctx, "main", c); err != nil {
+				errorf("fork %s: %v", c, err)
+				return
+			}
+			v, _, err := m.View(c)
+			if err != nil {
+				errorf("view %s: %v", c, err)
+				return
+			}
+			name := fmt.Sprintf("f%d", i%3)
+			data := content(name, 1000+i, 5*4096+i*101)
+			if i%4 == 3 {
+				data = data[:4096+50] // a truncate in the branch
+			}
+			if err := put(v, name, content(name, 2000+i, 8*4096)); err != nil {
+				errorf("%s: put %s: %v", c, name, err)
+				return
+			}
+			if err := put(v, name, data); err != nil {
+				errorf("%s: put %s: %v", c, name, err)
+				return
+			}
+			if i%3 == 2 {
+				if _, err := m.Abort(ctx, c); err != nil {
+					errorf("abort %s: %v", c, err)
+					return
+				}
+				continue
+			}
+			if _, err := m.Commit(ctx, c); err != nil {
+				errorf("commit %s: %v", c, err)
+				return
+			}
+			mu.Lock()
+			want[name] = data
+			mu.Unlock()
+			mv, _, err := m.View("main")
+			if err != nil {
+				errorf("view main: %v", err)
+				return
+			}
+			if got, err := get(mv, name); err != nil || !bytes.Equal(got, data) {
+				errorf("main after committing %s: %s reads back %d bytes (%v), want %d", c, name, len(got), err, len(data))
+				return
+			}
+		}
+	}()
+	work.Wait()
+	close(stop)
+	bg.Wait()
+	check := func(when string) {
+		mv, _, err := m.View("main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range want {
+			if got, err := get(mv, name); err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s: main's %s reads %d bytes (%v), want %d", when, name, len(got), err, len(data))
+			}
+		}
+	}
+	check("after the run")
+	if _, err := m.GC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("after a last GC")
+	m.Close()
+	st.Close()
+	if st, err = kv.OpenBadger(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	mopts.Store = st
+	if m, err = branches.Open(ctx, mopts); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { m.Close(); st.Close() }()
+	check("after a reopen")
+	t.Logf("%d GCs and %d space reports ran alongside %d rounds and writes of main", gcs.Load(), spaces.Load(), ops.Load())
 }

@@ -57,6 +57,9 @@ func (m *Manager) reclaimLoop(ctx context.Context) {
 	}
 }
 
+// foldPerPass bounds the layers one reclaimer pass folds.
+const foldPerPass = 16
+
 // reclaimPass is one pass of the background reclaimer. Caller holds gc.mu.
 func (m *Manager) reclaimPass(ctx context.Context) {
 	// Reclaim first: garbage layers count as referrers when folding.
@@ -67,9 +70,12 @@ func (m *Manager) reclaimPass(ctx context.Context) {
 		}
 		return
 	}
-	n, err := m.Fold(ctx)
+	n, err := m.fold(ctx, foldPerPass)
 	if err != nil && ctx.Err() == nil {
 		m.opts.Logger.Warn("branches: fold failed", "err", err)
+	}
+	if n == foldPerPass {
+		m.kickReclaim() // more to fold: in the next pass, after waiting GCs
 	}
 	if n > 0 {
 		st2, err := m.Reclaim(ctx)
