@@ -265,8 +265,15 @@ func (r *modelRun) pick(v []string) string { return v[r.rng.IntN(len(v))] }
 // changed, or "" after a branch operation.
 func (r *modelRun) step() string {
 	live := r.liveNames()
-	x := r.rng.IntN(102)
+	x := r.rng.IntN(103)
 	switch {
+	case x == 102: // rechunks files, sweeps, prunes
+		r.counts["gc"]++
+		st, err := r.m.GC(r.ctx)
+		r.logf("gc: %d blocks swept", st.Reclaim.Blocks)
+		if err != nil {
+			r.fail("gc: %v", err)
+		}
 	case x == 100:
 		r.counts["reclaim"]++
 		r.logf("reclaim")
