@@ -4,53 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"sync"
 	"syscall"
 
 	"github.com/branchnfs/branchnfs/kv"
 	"github.com/zeebo/blake3"
 )
-
-// Tracker coordinates writers with the block sweep (see branches' reclaimer).
-// While a sweep runs, every content hash a committing write references is
-// recorded, so the sweep keeps blocks that became referenced after its mark
-// snapshot. Writers commit under RLock; the sweep takes Lock to start and
-// to delete. It follows one sweep at a time: a Begin during a sweep would
-// drop that sweep's records, so callers serialise their sweeps.
-type Tracker struct {
-	mu     sync.RWMutex // protects the following
-	active bool
-	seen   map[string]struct{}
-}
-
-// Begin starts a sweep: from now on referenced hashes are recorded. snap is
-// called under the lock, so every write either committed before it or is
-// recorded.
-func (t *Tracker) Begin(snap func()) {
-	t.mu.Lock()
-	t.active = true
-	t.seen = map[string]struct{}{}
-	snap()
-	t.mu.Unlock()
-}
-
-// Sweep runs del under the lock with a predicate telling whether a hash was
-// referenced since Begin.
-func (t *Tracker) Sweep(del func(seen func(h []byte) bool) error) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return del(func(h []byte) bool { _, ok := t.seen[string(h)]; return ok })
-}
-
-// End stops recording.
-func (t *Tracker) End() {
-	t.mu.Lock()
-	t.active = false
-	t.seen = nil
-	t.mu.Unlock()
-}
-
-var trackMu sync.Mutex
 
 // blockReader resolves the blocks of one inode through the stack.
 type blockReader struct {
@@ -474,28 +432,6 @@ func (f *View) writeAt(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, 
 		return f.put(tx, st, n)
 	})
 	return out, f.wrap("write", "", err)
-}
-
-// commitWith runs fn under the tracker's read lock; fn records the hashes
-// its committed transaction referenced. Holding the read lock across the
-// commit means the sweep's Begin and Sweep (write lock) see either all of
-// the write or none of it, and a recorded hash is never swept.
-func (t *Tracker) commitWith(fn func(record func([][]byte)) error) error {
-	if t == nil {
-		return fn(func([][]byte) {})
-	}
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return fn(func(hs [][]byte) {
-		if !t.active {
-			return
-		}
-		trackMu.Lock()
-		for _, h := range hs {
-			t.seen[string(h)] = struct{}{}
-		}
-		trackMu.Unlock()
-	})
 }
 
 // writeBlocks copies p at off into the top layer's blocks of n.

@@ -69,18 +69,17 @@ func (o *Options) EnsureDefaults() {
 // checkpoint. Writes go to the top layer; reads resolve top-down through the
 // stack. It is safe for concurrent use.
 type View struct {
-	s       *Store     // the store it is a view of
-	store   kv.Store   // s.kv, read only
-	alloc   *Allocator // s.alloc, read only
-	tracker *Tracker   // s.tracker, read only
-	opts    Options    // s.opts, read only
-	bs      uint64     // block size, read only
-	ctx     context.Context
-	stop    context.CancelFunc
+	s     *Store     // the store it is a view of
+	store kv.Store   // s.kv, read only
+	alloc *Allocator // s.alloc, read only
+	opts  Options    // s.opts, read only
+	bs    uint64     // block size, read only
+	ctx   context.Context
+	stop  context.CancelFunc
 
 	// Lock order: nsMu or one dataMu stripe, then mu, then cacheMu; a
-	// writer takes the Tracker's lock inside mu (docs/design.md, "Lock
-	// order").
+	// writer takes its Store's sweepTracker lock inside mu (docs/design.md,
+	// "Lock order").
 
 	// nsMu serialises namespace changes (create, link, unlink, rename, ...),
 	// so they never conflict with each other.

@@ -10,8 +10,8 @@ import (
 // transaction run by updateRefs (or, for merges, committed under the
 // tracker the same way). That is what keeps the block sweep honest: the
 // sweep marks the content referenced in a snapshot, and deletes the rest
-// except what writers referenced since (see Tracker). A reference written
-// any other way to content that already exists, unreferenced, in the
+// except what writers referenced since (see sweepTracker). A reference
+// written any other way to content that already exists, unreferenced, in the
 // snapshot (a truncate or fold trim whose last block equals such content:
 // storeBlock then writes no content) would let the sweep delete content a
 // live file uses, and the file would read EIO for good.

@@ -14,10 +14,10 @@ import (
 // keys (other prefixes) in the same kv.Store, through KV or a Txn's KV.
 // It is safe for concurrent use.
 type Store struct {
-	kv      kv.Store   // read only
-	alloc   *Allocator // read only
-	tracker *Tracker   // read only
-	opts    Options    // read only, defaults filled in
+	kv      kv.Store      // read only
+	alloc   *Allocator    // read only
+	tracker *sweepTracker // read only
+	opts    Options       // read only, defaults filled in
 }
 
 // Open returns the Store of st. It checks the store's format (see
@@ -40,7 +40,7 @@ func Open(ctx context.Context, st kv.Store, opts Options) (*Store, error) {
 // newStore is Open without the format check.
 func newStore(st kv.Store, opts Options) *Store {
 	opts.EnsureDefaults()
-	return &Store{kv: st, alloc: newAllocator(st), tracker: &Tracker{}, opts: opts}
+	return &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, opts: opts}
 }
 
 // KV returns the underlying kv.Store, for the caller's own keys: cowfs's
@@ -55,7 +55,7 @@ func (s *Store) Options() Options { return s.opts }
 // costs no store access.
 func (s *Store) View(stack []LayerID) *View {
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &View{s: s, store: s.kv, alloc: s.alloc, tracker: s.tracker, opts: s.opts, bs: uint64(s.opts.BlockSize),
+	f := &View{s: s, store: s.kv, alloc: s.alloc, opts: s.opts, bs: uint64(s.opts.BlockSize),
 		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID][]LayerID{}}
 	f.dirty.Store(true)
 	return f

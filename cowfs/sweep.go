@@ -3,6 +3,7 @@ package cowfs
 import (
 	"context"
 	"slices"
+	"sync"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -11,8 +12,8 @@ import (
 // ids are never reused, so it stays garbage): Txn.Unreachable finds such
 // layers and Store.DeleteLayer deletes them. Block content that no block
 // reference of a live layer uses is garbage too: a Sweep deletes it,
-// while writers go on, with the Tracker keeping what they reference
-// meanwhile.
+// while writers go on, with the store's sweepTracker keeping what they
+// reference meanwhile.
 
 // reachable returns every layer in the stack of one of roots.
 func reachable(tx kv.Txn, roots []LayerID) (map[LayerID]bool, error) {
@@ -62,6 +63,66 @@ func (t *Txn) Unreachable(roots []LayerID) ([]LayerID, error) {
 	return garbage, err
 }
 
+// sweepTracker coordinates writers with the block sweep. While a sweep
+// runs, every content hash a committing write references is recorded, so
+// the sweep keeps blocks that became referenced after its mark snapshot.
+// Writers commit under mu's read side; the sweep takes the write side to
+// start and to delete. It follows one sweep at a time: a begin during a
+// sweep would drop that sweep's records, so callers serialise their
+// sweeps.
+type sweepTracker struct {
+	mu     sync.RWMutex // protects the following
+	active bool
+	seenMu sync.Mutex // protects seen under mu's read side; a leaf
+	seen   map[string]struct{}
+}
+
+// begin starts a sweep: from now on referenced hashes are recorded. snap
+// is called under the lock, so every write either committed before it or
+// is recorded.
+func (t *sweepTracker) begin(snap func()) {
+	t.mu.Lock()
+	t.active = true
+	t.seen = map[string]struct{}{}
+	snap()
+	t.mu.Unlock()
+}
+
+// sweep runs del under the lock with a predicate telling whether a hash
+// was referenced since begin.
+func (t *sweepTracker) sweep(del func(seen func(h []byte) bool) error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return del(func(h []byte) bool { _, ok := t.seen[string(h)]; return ok })
+}
+
+// end stops recording.
+func (t *sweepTracker) end() {
+	t.mu.Lock()
+	t.active = false
+	t.seen = nil
+	t.mu.Unlock()
+}
+
+// commitWith runs fn under the tracker's read lock; fn records the hashes
+// its committed transaction referenced. Holding the read lock across the
+// commit means the sweep's begin and sweep (write lock) see either all of
+// the write or none of it, and a recorded hash is never swept.
+func (t *sweepTracker) commitWith(fn func(record func([][]byte)) error) error {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return fn(func(hs [][]byte) {
+		if !t.active {
+			return
+		}
+		t.seenMu.Lock()
+		for _, h := range hs {
+			t.seen[string(h)] = struct{}{}
+		}
+		t.seenMu.Unlock()
+	})
+}
+
 // sweepBatch is how many blocks one sweep transaction deletes. Each runs
 // under the tracker's write lock, which every data write waits for, so it
 // stays small: a few milliseconds.
@@ -84,7 +145,7 @@ type Sweep struct {
 func (s *Store) BeginSweep(roots func(tx *Txn) ([]LayerID, error)) (*Sweep, error) {
 	w := &Sweep{s: s}
 	var err error
-	s.tracker.Begin(func() {
+	s.tracker.begin(func() {
 		w.snap = s.kv.NewSnapshot()
 		var rs []LayerID
 		if rs, err = roots(&Txn{w.snap}); err == nil {
@@ -128,7 +189,7 @@ func (w *Sweep) Run(ctx context.Context) (int, error) {
 	n := 0
 	for i := 0; i < len(cands); i += sweepBatch {
 		batch := cands[i:min(i+sweepBatch, len(cands))]
-		err := w.s.tracker.Sweep(func(seen func([]byte) bool) error {
+		err := w.s.tracker.sweep(func(seen func([]byte) bool) error {
 			return w.s.kv.Update(ctx, func(tx kv.Txn) error {
 				for _, h := range batch {
 					if seen(h) {
@@ -151,7 +212,7 @@ func (w *Sweep) Run(ctx context.Context) (int, error) {
 
 // End ends the sweep: writes stop recording, the snapshot is released.
 func (w *Sweep) End() {
-	w.s.tracker.End()
+	w.s.tracker.end()
 	if w.snap != nil {
 		w.snap.Discard()
 		w.snap = nil
