@@ -21,6 +21,14 @@
 // forward of its control socket on the host ($BRANCHNFS_CONTROL, with the
 // store's token in $BRANCHNFS_CONTROL_TOKEN).
 //
+// BenchmarkKernelTree (bench_test.go) times a real source tree through the
+// guest's client: untar, read back with checksums, ls -lR, rm -rf, with the
+// guest's caches dropped before each step. scripts/bench (section kernel)
+// runs it against branchnfs and nfs-ganesha mounted side by side in one
+// boot; alone it starts a fresh branchnfs:
+//
+//	go test ./tests/kernel/ -run '^$' -bench KernelTree -benchtime 1x
+//
 // Steps that fail only because of known NFS protocol gaps are listed, with
 // the reason, in knownFailures; the table is checked both ways.
 //
