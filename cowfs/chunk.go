@@ -45,7 +45,7 @@ const (
 	// sliceLen is the encoded size of one slice: hash, offset, length.
 	sliceLen = 32 + 4 + 4
 	// rechunkBatch is how many blocks one rechunk transaction swaps at
-	// most (fewer if the store's Limits say so).
+	// most (fewer if the store's Limits say so: see swap in rechunkRun).
 	rechunkBatch = 64
 	// rechunkMaxRun bounds the blocks chunked as one stream (and held in
 	// memory with their references): a longer run is chunked in pieces.
@@ -428,7 +428,7 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 			if st.Bytes >= budget {
 				return st, nil
 			}
-			if err := s.rechunkRun(ctx, l, inos[i], run, s.rechunkBatch(), &st); err != nil {
+			if err := s.rechunkRun(ctx, l, inos[i], run, &st); err != nil {
 				return st, err
 			}
 		}
@@ -438,25 +438,6 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 		start = next
 	}
 	return st, nil
-}
-
-// rechunkBatch is how many blocks one rechunk transaction may swap: each
-// reads its reference and checks a chunk exists, and writes its reference
-// and, on average, at most one chunk of up to a block's bytes (the first
-// block of a batch may need a few chunks more, chunkMax at most each).
-func (s *Store) rechunkBatch() int {
-	lim := s.kv.Limits()
-	bs := int(s.opts.BlockSize)
-	per := 2*(26+lim.OpBytes) + 33 + bs + 26 + 2 + 5*sliceLen
-	spare := 5 * (33 + chunkSizes.max + lim.OpBytes)
-	n := min(rechunkBatch, lim.Batch(2, per))
-	if lim.Reads > 0 {
-		n = min(n, lim.Reads/2)
-	}
-	if lim.Bytes > 0 {
-		n = min(n, (lim.Bytes-spare)/per)
-	}
-	return max(n, 1)
 }
 
 // runReader reads the bytes of a run's blocks in order, fetching a few
@@ -519,8 +500,8 @@ type pendingChunk struct {
 }
 
 // rechunkRun chunks one run of layer l's blocks of ino and swaps their
-// references, batch blocks per transaction.
-func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []runBlock, batch int, st *RechunkStats) error {
+// references, in transactions that fit the store's Limits.
+func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []runBlock, st *RechunkStats) error {
 	rd := &runReader{ctx: ctx, store: s.kv, run: run}
 	ch := chunker.NewWithBoundaries(rd, chunkPol, uint(chunkSizes.min), uint(chunkSizes.max))
 	ch.SetAverageBits(chunkSizes.avgBits)
@@ -528,31 +509,11 @@ func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []ru
 	var chunks []pendingChunk
 	done := 0 // blocks [0, done) are swapped (or skipped)
 	ready := 0
-	swap := func() error {
-		batch := run[done:ready]
-		if len(batch) == 0 {
-			return nil
-		}
-		refsOf := make([][]byte, len(batch))
-		var need []pendingChunk
-		for i, b := range batch {
-			var slices []chunkSlice
-			for _, c := range chunks {
-				if c.end <= b.start || c.start >= b.end {
-					continue
-				}
-				lo, hi := max(c.start, b.start), min(c.end, b.end)
-				slices = append(slices, chunkSlice{h: c.h, off: uint32(lo - c.start), n: uint32(hi - lo)})
-				if len(need) == 0 || !bytes.Equal(need[len(need)-1].h, c.h) {
-					need = append(need, c)
-				}
-			}
-			if len(slices) <= 255 { // else (huge blocks) the block stays as it is
-				refsOf[i] = appendChunkRef(nil, slices, nil)
-			}
-		}
-		stored := 0
-		swapped := 0
+	lim := s.kv.Limits()
+	// commit swaps the references of batch (their new references in
+	// refsOf) in one transaction, storing the chunks in need.
+	commit := func(batch []runBlock, refsOf [][]byte, need []pendingChunk) error {
+		stored, swapped := 0, 0
 		err := s.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
 			stored, swapped = 0, 0
 			var keys, vals [][]byte
@@ -596,12 +557,58 @@ func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []ru
 			swapped = len(keys)
 			return nil
 		})
-		if err != nil {
-			return err
-		}
 		st.Chunks += stored
 		st.Blocks += swapped
-		done = ready
+		return err
+	}
+	// swap swaps the blocks [done, ready), in transactions that each fit
+	// the store's Limits: a block costs a read and a write of its
+	// reference, a chunk it is the first to need a read and a write.
+	swap := func() error {
+		for done < ready {
+			var refsOf [][]byte
+			var need []pendingChunk
+			writes, reads, size := 0, 0, 0
+			n := 0
+			for ; done+n < ready; n++ {
+				b := run[done+n]
+				var slices []chunkSlice
+				var add []pendingChunk
+				for _, c := range chunks {
+					if c.end <= b.start || c.start >= b.end {
+						continue
+					}
+					lo, hi := max(c.start, b.start), min(c.end, b.end)
+					slices = append(slices, chunkSlice{h: c.h, off: uint32(lo - c.start), n: uint32(hi - lo)})
+					if (len(need) == 0 || !bytes.Equal(need[len(need)-1].h, c.h)) && (len(add) == 0 || !bytes.Equal(add[len(add)-1].h, c.h)) {
+						add = append(add, c)
+					}
+				}
+				var ref []byte
+				if len(slices) <= 255 { // else (huge blocks) the block stays as it is
+					ref = appendChunkRef(nil, slices, nil)
+				}
+				w, r := writes+1+len(add), reads+1+len(add)
+				z := size + 2*(26+lim.OpBytes) + len(ref)
+				for _, c := range add {
+					z += 2*(33+lim.OpBytes) + len(c.data)
+				}
+				if n > 0 && (w > lim.Writes || r > lim.Reads || z > lim.Bytes) {
+					break // the block goes into the next transaction
+				}
+				writes, reads, size = w, r, z
+				refsOf = append(refsOf, ref)
+				need = append(need, add...)
+				if n+1 >= rechunkBatch {
+					n++
+					break
+				}
+			}
+			if err := commit(run[done:done+n], refsOf, need); err != nil {
+				return err
+			}
+			done += n
+		}
 		// Chunks wholly before the next block are no longer needed.
 		if done < len(run) && run[done].read {
 			keep := chunks[:0]
@@ -633,7 +640,7 @@ func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []ru
 		for ready < len(run) && run[ready].read && run[ready].end <= end {
 			ready++
 		}
-		if ready-done >= batch {
+		if ready-done >= rechunkBatch {
 			if err := swap(); err != nil {
 				return err
 			}

@@ -8,7 +8,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/branchnfs/branchnfs/internal/txnsize"
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 // TestChunkPolIrreducible: the chunker refuses a reducible polynomial.
@@ -343,4 +345,53 @@ func TestChunkReadFetchesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// limitedStore reports etcd's default transaction limits.
+type limitedStore struct{ kv.Store }
+
+func (limitedStore) Limits() kv.Limits {
+	return kv.Limits{Writes: 128, Reads: 128, Bytes: 3 << 19, OpBytes: 24}
+}
+
+// TestRechunkFitsLimits: every rechunk transaction fits the store's
+// Limits (here etcd's defaults), also when blocks are cut into many small
+// chunks, and the whole file is still rechunked.
+func TestRechunkFitsLimits(t *testing.T) {
+	const bs = 32 << 10
+	ctx := context.Background()
+	defer func(old struct{ min, max, avgBits int }) { chunkSizes = old }(chunkSizes)
+	chunkSizes.min, chunkSizes.max, chunkSizes.avgBits = 1<<10, 8<<10, 11 // ~8 chunks a block
+	rec := txnsize.New(limitedStore{kvtest.NewStore(t)})
+	sto, f := newTestTree(t, rec, Options{BlockSize: bs})
+	want := randBytes(rand.New(rand.NewPCG(19, 20)), 4<<20)
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 0; off < len(want); off += 64 << 10 { // NFS-sized writes
+		if _, err := f.WriteAt(a.Ino, want[off:off+64<<10], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec.Take()
+	rs, err := sto.Rechunk(ctx, f.Top(), 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Blocks != len(want)/bs {
+		t.Fatalf("rechunked %d blocks, want all %d", rs.Blocks, len(want)/bs)
+	}
+	lim := rec.Limits()
+	txns := rec.Take()
+	for _, tx := range txns {
+		bytes := tx.Bytes + int64((tx.Writes+tx.Compares())*lim.OpBytes)
+		if tx.Writes > lim.Writes || tx.Compares() > lim.Reads || bytes > int64(lim.Bytes) {
+			t.Fatalf("a rechunk transaction of %d writes, %d reads and %d bytes exceeds the store's limits %+v", tx.Writes, tx.Compares(), bytes, lim)
+		}
+	}
+	if got := readAll(t, f, a.Ino, len(want)); !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes after rechunking, want %d (equal=%v)", len(got), len(want), bytes.Equal(got, want))
+	}
+	t.Logf("%d transactions, %d chunks", len(txns), rs.Chunks)
 }
