@@ -391,7 +391,7 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 			runs, inos, next = runs[:0], inos[:0], nil
 			var cur []runBlock
 			var curIno InodeID
-			blocks := 0
+			blocks, scanned := 0, 0
 			flush := func() {
 				if len(cur) >= 2 {
 					runs = append(runs, cur)
@@ -403,6 +403,11 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 				ino := InodeID(binary.BigEndian.Uint64(k[10:18]))
 				idx := binary.BigEndian.Uint64(k[18:])
 				plain := len(v) == 33 && v[0] == refHash
+				if scanned++; len(cur) == 0 && scanned > 1<<16 {
+					// A page of references none of which starts a run.
+					next = append([]byte(nil), k...)
+					return false, nil
+				}
 				if len(cur) > 0 && (ino != curIno || idx != cur[len(cur)-1].idx+1 || !plain || len(cur) >= rechunkMaxRun) {
 					flush()
 					// Stop between runs once the page is full.
@@ -449,7 +454,6 @@ type runReader struct {
 	i     int    // next block to fetch
 	buf   []byte // fetched, not yet read
 	pos   int64  // stream offset of buf[0]
-	err   error
 }
 
 func (r *runReader) Read(p []byte) (int, error) {
