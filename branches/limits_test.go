@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -12,7 +13,8 @@ import (
 )
 
 // TestReclaimWithinStoreLimits: reclamation deletes a dead branch's layer
-// and checkpoints in batches sized by the store's Limits, so it works on a
+// and checkpoints, and the blocks only it referenced, in batches sized by
+// the store's Limits, so it works on a
 // store that takes 128 writes per transaction (etcd's default) when the
 // branch holds many more keys and checkpoints than that.
 func TestReclaimWithinStoreLimits(t *testing.T) {
@@ -25,7 +27,8 @@ func TestReclaimWithinStoreLimits(t *testing.T) {
 	defer m.Close()
 	must(m.Fork(ctx, "main", "kid"))(t)
 	for i := range 150 {
-		write(t, m, "kid", fmt.Sprintf("f%03d", i), "") // an inode and an entry each
+		// An inode, an entry and a block of content each.
+		write(t, m, "kid", fmt.Sprintf("f%03d", i), strings.Repeat(fmt.Sprintf("file %d;", i), 200))
 	}
 	for i := range 150 {
 		must(m.Checkpoint(ctx, "kid", fmt.Sprintf("cp%03d", i)))(t)
@@ -35,7 +38,7 @@ func TestReclaimWithinStoreLimits(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reclaim on a store of 128 writes per transaction: %v", err)
 	}
-	if rs.Checkpoints != 150 || rs.Keys < 300 {
-		t.Fatalf("Reclaim deleted %+v; want the 150 checkpoints and at least 300 keys", rs)
+	if rs.Checkpoints != 150 || rs.Keys < 300 || rs.Blocks < 150 {
+		t.Fatalf("Reclaim deleted %+v; want the 150 checkpoints, at least 300 keys and 150 blocks", rs)
 	}
 }

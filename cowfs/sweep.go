@@ -123,9 +123,10 @@ func (t *sweepTracker) commitWith(fn func(record func([][]byte)) error) error {
 	})
 }
 
-// sweepBatch is how many blocks one sweep transaction deletes. Each runs
-// under the tracker's write lock, which every data write waits for, so it
-// stays small: a few milliseconds.
+// sweepBatch is how many blocks one sweep transaction deletes at most
+// (fewer when the store's Limits say so). Each runs under the tracker's
+// write lock, which every data write waits for, so it stays small: a few
+// milliseconds.
 const sweepBatch = 256
 
 // Sweep is one block sweep, from BeginSweep to End.
@@ -187,8 +188,9 @@ func (w *Sweep) Run(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	n := 0
-	for i := 0; i < len(cands); i += sweepBatch {
-		batch := cands[i:min(i+sweepBatch, len(cands))]
+	size := min(sweepBatch, deleteBatch(w.s.kv, 33)) // content keys: 'c' and the hash
+	for i := 0; i < len(cands); i += size {
+		batch := cands[i:min(i+size, len(cands))]
 		err := w.s.tracker.sweep(func(seen func([]byte) bool) error {
 			return w.s.kv.Update(ctx, func(tx kv.Txn) error {
 				for _, h := range batch {
