@@ -342,3 +342,67 @@ func TestMemberKilledMidCommit(t *testing.T) {
 	}
 	t.Logf("leader m%d stopped after %d commits: %d acknowledged, %d of unknown outcome, %d refused", leader, before, ok, unknown, refused)
 }
+
+// TestLeaseLostWithQuorum: when the cluster loses its quorum the holder of
+// a lease sees it lost after its TTL (it cannot renew it), so it stops
+// acting as owner; once the cluster is back, the key the lease held goes
+// when the TTL runs out again (nobody renews it), and another server can
+// claim it.
+func TestLeaseLostWithQuorum(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	o := etcdkv.Options{Prefix: "/quorum/", RequestTimeout: 2 * time.Second}
+	a := c.NewCoord(t, o)
+	la, err := a.Grant(ctx, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := la.Claim(ctx, []byte("owner/br1"), []byte("a")); !ok || err != nil {
+		t.Fatalf("Claim: %v, %v", ok, err)
+	}
+	start := time.Now()
+	// Stop the followers: the leader is left alone (stopping a leader
+	// first hands its leadership over, which takes seconds).
+	leader := c.Leader()
+	var wg sync.WaitGroup
+	for i := range 3 {
+		if i != leader {
+			wg.Go(func() { c.Stop(i) })
+		}
+	}
+	wg.Wait()
+	t.Logf("stopped in %v", time.Since(start))
+	select {
+	case <-la.Done():
+		t.Logf("lost after %v", time.Since(start))
+	case <-time.After(wait):
+		t.Fatal("the holder did not see its lease lost while the cluster had no quorum")
+	}
+	if !errors.Is(la.Err(), etcdkv.ErrLeaseLost) {
+		t.Fatalf("Err: %v", la.Err())
+	}
+	c.Restart(t)
+	t.Logf("restarted after %v", time.Since(start))
+	b := c.NewCoord(t, o)
+	lb, err := b.Grant(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		ok, h, err := lb.Claim(ctx, []byte("owner/br1"), []byte("b"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			t.Logf("claimed after %v", time.Since(start))
+			break
+		}
+		if string(h) != "a" {
+			t.Fatalf("holder %q, want the old holder until its lease expires", h)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lost lease's key is still held after %v", wait)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
