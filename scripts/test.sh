@@ -32,9 +32,12 @@ tools="$(go env GOCACHE)/../branchnfs-tools/versitygw-$versitygw_version"
 if [ ! -x "$tools/versitygw" ]; then
 	echo "test.sh: building versitygw $versitygw_version into $tools (once per machine, a minute or more)"
 	rm -rf "$tools.tmp"
-	GOBIN="$tools.tmp" GOFLAGS= go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"
-	mkdir -p "$tools"
-	mv "$tools.tmp/versitygw" "$tools/versitygw"
+	if GOBIN="$tools.tmp" GOFLAGS= go install "github.com/versity/versitygw/cmd/versitygw@$versitygw_version"; then
+		mkdir -p "$tools"
+		mv "$tools.tmp/versitygw" "$tools/versitygw"
+	else
+		echo "test.sh: could not build versitygw: the S3 tests of blobs will skip (and fail when CI=true)" >&2
+	fi
 	rm -rf "$tools.tmp"
 fi
 export BRANCHNFS_VERSITYGW="$tools/versitygw"
