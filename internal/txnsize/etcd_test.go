@@ -16,7 +16,7 @@ import (
 )
 
 // TestBranchesOnEtcd runs the branch lifecycle on a 3-member etcd cluster:
-// what the report says fits works, and a merge too big for one etcd
+// what the report says fits works, reclaim works at any size, and a merge too big for one etcd
 // transaction fails with kv.ErrTxnTooBig and leaves the parent as it was.
 func TestBranchesOnEtcd(t *testing.T) {
 	c := etcdtest.StartCluster(t, etcdtest.Options{})
@@ -57,6 +57,21 @@ func TestBranchesOnEtcd(t *testing.T) {
 	}
 	if _, err := e.m.Reclaim(ctx); err != nil {
 		t.Fatalf("reclaim on etcd: %v", err)
+	}
+	// Abort and reclaim of a branch whose keys and blocks are far more
+	// than one etcd transaction holds: reclaim batches by the store's
+	// Limits.
+	e.fork("main", "gone2")
+	e.files("gone2", "g", 200, 4096)
+	if _, err := e.m.Abort(ctx, "gone2"); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := e.m.Reclaim(ctx)
+	if err != nil {
+		t.Fatalf("reclaim of 200 files on etcd: %v", err)
+	}
+	if rs.Keys < 600 || rs.Blocks <= 128 { // more than one transaction of each
+		t.Fatalf("reclaim of 200 files on etcd deleted %+v", rs)
 	}
 
 	// Today's limit: a merge of 100 files writes 300 keys in one batch.
