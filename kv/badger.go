@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -163,6 +165,34 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	return openBadger(dir, opts, statfsDir)
 }
 
+// removeEmptyMemtables removes the empty write-ahead logs (*.mem) in dir. A
+// process killed between creating a memtable's log and sizing it leaves
+// one of zero bytes, and Badger refuses to open a directory that holds
+// one ("while opening memtables: ... Create a new file"): the store would
+// not open again after such a crash. An empty log holds no entries.
+func removeEmptyMemtables(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".mem") {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || fi.Size() != 0 {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
 func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResult, error)) (Store, error) {
 	opts.EnsureDefaults()
 	bo := badger.DefaultOptions(dir)
@@ -193,6 +223,9 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 		}
 	}
 	if !opts.InMemory {
+		if err := removeEmptyMemtables(dir); err != nil {
+			return nil, fmt.Errorf("kv: open %s: %w", dir, mapErr(err))
+		}
 		bo = bo.WithValueThreshold(opts.ValueThreshold)
 	} else {
 		// In-memory stores have no value log: every value stays in the LSM,
