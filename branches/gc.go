@@ -32,7 +32,11 @@ type gcState struct {
 
 // GCStats tells what GC did.
 type GCStats struct {
-	Reclaim ReclaimStats `json:"reclaim"`
+	// Rechunk tells what rechunking before the sweep did: block
+	// references swapped for chunk references, chunks stored, block bytes
+	// read (see Content-defined chunking in docs/design.md).
+	Rechunk cowfs.RechunkStats `json:"rechunk"`
+	Reclaim ReclaimStats       `json:"reclaim"`
 	// Pruned counts block references deleted because the layers above
 	// hide them from every reader.
 	Pruned int `json:"pruned_refs"`
@@ -55,7 +59,7 @@ func (m *Manager) GC(ctx context.Context) (GCStats, error) {
 
 func (m *Manager) gcLocked(ctx context.Context) (GCStats, error) {
 	var st GCStats
-	m.rechunkStep(ctx) // before the sweep, which then drops the replaced blocks
+	st.Rechunk = m.rechunkStep(ctx) // before the sweep, which then drops the replaced blocks
 	r, err := m.Reclaim(ctx)
 	st.Reclaim = r
 	if err != nil {

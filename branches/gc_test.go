@@ -174,3 +174,35 @@ func TestGCInBackground(t *testing.T) {
 	}
 	t.Fatalf("the store still holds %d bytes: the reclaimer never gave the space back", du)
 }
+
+// TestGCReportsRechunk: GC's stats tell what its rechunking did: a file
+// written in fixed blocks is read once and its blocks swapped for chunk
+// references; the next GC finds nothing left to rechunk.
+func TestGCReportsRechunk(t *testing.T) {
+	const size = 1 << 20
+	ctx := context.Background()
+	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { m.Close(); st.Close() }()
+	gcWrite(t, m, "main", "big", gcData(1, size))
+	gs, err := m.GC(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs.Rechunk.Bytes != size || gs.Rechunk.Blocks != size/(32<<10) || gs.Rechunk.Chunks < size/(128<<10) {
+		t.Fatalf("first GC rechunked %+v, want %d blocks (%d bytes) in at least %d chunks", gs.Rechunk, size/(32<<10), size, size/(128<<10))
+	}
+	gs, err = m.GC(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gs.Rechunk != (cowfs.RechunkStats{}) {
+		t.Fatalf("second GC rechunked %+v, want nothing", gs.Rechunk)
+	}
+}

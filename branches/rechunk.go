@@ -18,19 +18,21 @@ import (
 // rechunkBudget bounds the block bytes one GC reads to rechunk.
 const rechunkBudget = 256 << 20
 
-// rechunkStep rechunks live layers for one GC; a failure only logs (the
-// data stays as it was, in plain blocks). Caller holds gc.mu.
-func (m *Manager) rechunkStep(ctx context.Context) {
+// rechunkStep rechunks live layers for one GC and returns what it did; a
+// failure only logs (the data stays as it was, in plain blocks, and the
+// stats count what was swapped before it). Caller holds gc.mu.
+func (m *Manager) rechunkStep(ctx context.Context) cowfs.RechunkStats {
 	st, err := m.rechunk(ctx, rechunkBudget)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.opts.Logger.Warn("branches: rechunking failed; files stay in fixed blocks until the next GC", "err", err)
 		}
-		return
+		return st
 	}
 	if st.Blocks > 0 {
 		m.opts.Logger.Info("branches: rechunked", "blocks", st.Blocks, "chunks", st.Chunks, "read", kv.FormatBytes(uint64(st.Bytes)))
 	}
+	return st
 }
 
 // rechunk runs cowfs.Rechunk over every live layer until budget bytes were

@@ -46,6 +46,8 @@ func runGC(ctx context.Context, o *gcOptions) error {
 		if o.JSON {
 			return writeJSON(o.stdout, res)
 		}
+		fmt.Fprintf(o.stdout, "rechunked %d blocks into %d new chunks (%s read)\n",
+			res.Rechunk.Blocks, res.Rechunk.Chunks, kv.FormatBytes(uint64(max(res.Rechunk.Bytes, 0))))
 		freed := res.DiskBefore - res.DiskAfter
 		fmt.Fprintf(o.stdout, "store on disk: %s before, %s after (%s freed)\n",
 			kv.FormatBytes(uint64(max(res.DiskBefore, 0))), kv.FormatBytes(uint64(max(res.DiskAfter, 0))), signedBytes(freed))
