@@ -170,6 +170,27 @@ class Workspace:
     def diff(self, name):
         return self._request("GET", "/v1/branches/%s/diff" % quote(name, safe=""))
 
+    # -- disk space
+
+    def space(self):
+        """The store's disk space: what it occupies, the content it holds,
+        what gc could give back, branches by state and each live branch's
+        unique bytes (the CLI's status --json without store and server).
+        It reads every key of the store once."""
+        return self._request("GET", "/v1/space")
+
+    def unique(self):
+        """Each live and invalidated branch's unique bytes, a dict: what
+        aborting it (and gc) gives back."""
+        return self._request("GET", "/v1/space/unique")
+
+    def gc(self, timeout=600.0):
+        """Give discarded data's disk space back (the CLI's gc); returns its
+        answer once done: rechunk, reclaim, pruned_refs, disk_before,
+        disk_after, log_rewrites. A gc of a large store can take minutes:
+        timeout is in seconds."""
+        return self._request("POST", "/v1/gc", timeout=timeout)
+
     def branch(self, name, parent="main"):
         """A Branch to use as a context manager: forked from parent on
         entry, committed when the block ends normally, aborted when it

@@ -162,6 +162,26 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(branchnfs.NoServer):
             branchnfs.Workspace.connect(store="/nonexistent-branchnfs-store")
 
+    def test_space_unique_gc(self):
+        n = self.name()
+        self.ws.fork("main", n)
+        sp = self.ws.space()
+        self.assertGreater(sp["disk_bytes"], 0)
+        self.assertGreaterEqual(sp["branches"]["live"], 2)
+        self.assertIn("total_bytes", sp["reclaimable"])
+        self.assertIn(n, sp["unique_bytes"])
+        u = self.ws.unique()
+        self.assertIn("main", u)
+        self.assertEqual(u[n], 0)
+        self.ws.abort(n)
+        self.assertNotIn(n, self.ws.unique())
+        res = self.ws.gc()
+        self.assertEqual(sorted(res["rechunk"]), ["blocks", "bytes", "chunks"])
+        self.assertGreaterEqual(res["rechunk"]["blocks"], 0)
+        self.assertGreaterEqual(res["reclaim"]["layers"], 0)
+        self.assertGreater(res["disk_before"], 0)
+        self.assertGreater(res["disk_after"], 0)
+
 
 if __name__ == "__main__":
     unittest.main()
