@@ -161,7 +161,7 @@ func (br *blockReader) chunk(h []byte) ([]byte, error) {
 		e.data = *chunkBufs.Get().(*[]byte)
 	}
 	c.fetches++
-	err := br.tx.GetFunc(contentKey(h), func(v []byte) error {
+	err := br.getContent(h, func(v []byte) error {
 		e.data = append(e.data[:0], v...)
 		return nil
 	})
@@ -237,7 +237,7 @@ func (br *blockReader) contentRange(r resolved, dst []byte, lo, hi uint64) error
 				}
 			} else {
 				br.chunks.fetches++
-				err := br.tx.GetFunc(contentKey(sl[:32]), from)
+				err := br.getContent(sl[:32], from)
 				if errors.Is(err, kv.ErrNotFound) {
 					return fmt.Errorf("cowfs: chunk %x of a block is missing: %w", sl[:8], errCorrupt)
 				}
@@ -311,7 +311,7 @@ func (br *blockReader) fillPieces(pieces []piece) error {
 			j++
 		}
 		br.chunks.fetches++
-		err := br.tx.GetFunc(contentKey(pieces[i].h), func(v []byte) error {
+		err := br.getContent(pieces[i].h, func(v []byte) error {
 			for _, pc := range pieces[i:j] {
 				if pc.off+pc.n > uint64(len(v)) {
 					return errCorrupt
@@ -449,6 +449,7 @@ func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkSt
 // blocks per transaction.
 type runReader struct {
 	ctx   context.Context
+	s     *Store
 	store kv.Store
 	run   []runBlock
 	i     int    // next block to fetch
@@ -466,11 +467,13 @@ func (r *runReader) Read(p []byte) (int, error) {
 		err := r.store.View(r.ctx, func(tx kv.Txn) error {
 			bufs = bufs[:0]
 			for _, b := range r.run[r.i : r.i+n] {
-				v, err := tx.Get(contentKey(b.ref[1:33]))
+				err := r.s.getContent(r.ctx, tx, b.ref[1:33], func(v []byte) error {
+					bufs = append(bufs, bytes.Clone(v))
+					return nil
+				})
 				if err != nil {
 					return err
 				}
-				bufs = append(bufs, v)
 			}
 			return nil
 		})
@@ -506,7 +509,7 @@ type pendingChunk struct {
 // rechunkRun chunks one run of layer l's blocks of ino and swaps their
 // references, in transactions that fit the store's Limits.
 func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []runBlock, st *RechunkStats) error {
-	rd := &runReader{ctx: ctx, store: s.kv, run: run}
+	rd := &runReader{ctx: ctx, s: s, store: s.kv, run: run}
 	ch := chunker.NewWithBoundaries(rd, chunkPol, uint(chunkSizes.min), uint(chunkSizes.max))
 	ch.SetAverageBits(chunkSizes.avgBits)
 	buf := make([]byte, chunkSizes.max)
@@ -542,14 +545,11 @@ func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []ru
 				return nil
 			}
 			for _, c := range need {
-				ok, err := tx.Has(contentKey(c.h))
+				ok, err := s.putContent(ctx, tx, c.h, c.data)
 				if err != nil {
 					return err
 				}
-				if !ok {
-					if err := tx.Set(contentKey(c.h), c.data); err != nil {
-						return err
-					}
+				if ok {
 					stored++
 				}
 			}

@@ -213,16 +213,7 @@ func TestSweepKeepsChunks(t *testing.T) {
 		refHashes(v, func(h []byte) { named[string(h)] = true })
 	}
 	sweepAround(t, sto, func() {})
-	stored := map[string]bool{}
-	err = st.View(ctx, func(tx kv.Txn) error {
-		return tx.Iterate([]byte{pfxContent}, nil, true, func(k, _ []byte) (bool, error) {
-			stored[string(k[1:])] = true
-			return true, nil
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stored := storedContent(t, sto)
 	for h := range named {
 		if !stored[h] {
 			t.Fatalf("the sweep deleted chunk %x a chunk reference names", h[:8])

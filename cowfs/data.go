@@ -125,6 +125,14 @@ func (br *blockReader) resolve(first, last uint64, has func(uint64) bool, put fu
 	return nil
 }
 
+// getContent calls fn with the content of hash h (Store.getContent).
+func (br *blockReader) getContent(h []byte, fn func([]byte) error) error {
+	if br.f.s.blobs == nil {
+		return br.tx.GetFunc(contentKey(h), fn) // the kv path, inlined
+	}
+	return br.f.s.getContent(br.f.ctx, br.tx, h, fn)
+}
+
 // content fills dst (bs bytes) with the bytes of a block reference,
 // zero-extended to bs and zeroed beyond limit. Stored content is copied
 // straight into dst and only the rest is cleared: dst is a READ reply's
@@ -142,7 +150,7 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 	case r.ref[0] == refHash && len(r.ref) == 33:
 		// Copy straight out of the store's buffer.
 		n := 0
-		err := br.tx.GetFunc(contentKey(r.ref[1:]), func(v []byte) error {
+		err := br.getContent(r.ref[1:], func(v []byte) error {
 			if uint64(len(v)) > r.limit {
 				v = v[:r.limit]
 			}
@@ -155,7 +163,7 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 		// The base may be shorter than the block (the file grew past it
 		// later): edits land in the zero-filled rest of dst.
 		n := 0
-		err := br.tx.GetFunc(contentKey(r.ref[1:33]), func(v []byte) error { n = copy(dst, v); return nil })
+		err := br.getContent(r.ref[1:33], func(v []byte) error { n = copy(dst, v); return nil })
 		clear(dst[n:])
 		if err != nil {
 			return err
@@ -370,14 +378,8 @@ func (f *View) storeBlock(tx kv.Txn, data []byte) ([]byte, error) {
 	if c == nil {
 		return ref, nil
 	}
-	ok, err := tx.Has(c[0])
-	if err != nil {
+	if _, err := f.s.putContent(f.ctx, tx, c[0][1:], c[1]); err != nil {
 		return nil, err
-	}
-	if !ok {
-		if err := tx.Set(c[0], c[1]); err != nil {
-			return nil, err
-		}
 	}
 	return ref, nil
 }

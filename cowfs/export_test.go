@@ -2,8 +2,11 @@ package cowfs
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
 )
 
@@ -70,9 +73,56 @@ func (f *View) Store() *Store { return f.s }
 // openStore is Open for tests: it fails the test on error.
 func openStore(t testing.TB, st kv.Store, opts Options) *Store {
 	t.Helper()
+	opts = testContent(t, opts)
 	s, err := Open(context.Background(), st, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// overBlobs names the test that runs other tests of the package with
+// content in a blob store (TestOverBlobs): openStore gives every store a
+// test under it opens the same blob store, the disk cache over a Mem.
+const overBlobs = "TestOverBlobs/"
+
+// testBlobs holds the blob store of each test under TestOverBlobs, by
+// test name.
+var testBlobs sync.Map
+
+// testContent sets opts.Blobs for a test running under TestOverBlobs:
+// the same blob store for every store the test opens.
+func testContent(t testing.TB, opts Options) Options {
+	if opts.Blobs != nil || !strings.HasPrefix(t.Name(), overBlobs) {
+		return opts
+	}
+	if b, ok := testBlobs.Load(t.Name()); ok {
+		opts.Blobs = b.(blobs.Store)
+		return opts
+	}
+	c, err := blobs.OpenCache(blobs.NewMem(), blobs.CacheOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testBlobs.Store(t.Name(), c)
+	t.Cleanup(func() { testBlobs.Delete(t.Name()); c.Close() })
+	opts.Blobs = c
+	return opts
+}
+
+// storedContent returns the hashes of the content s holds, wherever it
+// keeps it.
+func storedContent(t testing.TB, s *Store) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	err := s.kv.View(context.Background(), func(tx kv.Txn) error {
+		return s.listContent(context.Background(), tx, func(h []byte) error {
+			out[string(h)] = true
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

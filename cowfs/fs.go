@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
 )
 
@@ -41,6 +42,13 @@ type Options struct {
 	// record of an inode (default 65,536 entries, a few MiB); when full it
 	// starts over. Negative disables the cache.
 	InodeCacheSize int
+	// Blobs, when set, holds block and chunk content instead of the kv
+	// store's 'c' keys (docs/design.md, "Blocks in object storage"): writes
+	// upload to it before the transaction referencing the content commits,
+	// reads and the block sweep use it. A store keeps its content in one
+	// place for its whole life. The caller closes it after the Store's
+	// last use.
+	Blobs blobs.Store
 }
 
 // DefaultInodeCacheSize is the default Options.InodeCacheSize.

@@ -13,7 +13,7 @@ import (
 //	'l' layer(8) 'd' ino(8) block(8)   block reference
 //	'l' layer(8) 's' dir(8) slot(8)    a silly-rename name was linked there
 //	'L' layer(8)                       layer record: below(8)
-//	'c' hash(32)                       block content, stored once per hash
+//	'c' hash(32)                       block content, stored once per hash (unless Options.Blobs holds it: content.go)
 //	'M' name                           counters and store metadata
 const (
 	pfxLayerData = 'l'

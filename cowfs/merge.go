@@ -267,7 +267,7 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 				switch {
 				case len(w.k) == 33 && w.k[0] == pfxContent:
 					refs.content(w.k[1:])
-					err = tx.Set(w.k, w.v)
+					err = child.s.setContent(ctx, tx, w.k[1:], w.v)
 				case isDataKey(w.k):
 					err = refs.set(tx, w.k, w.v)
 				default:

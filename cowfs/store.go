@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
 )
 
@@ -17,6 +18,7 @@ type Store struct {
 	kv      kv.Store      // read only
 	alloc   *Allocator    // read only
 	tracker *sweepTracker // read only
+	blobs   blobs.Store   // opts.Blobs: content store, nil for the kv store's 'c' keys; read only
 	opts    Options       // read only, defaults filled in
 }
 
@@ -40,7 +42,7 @@ func Open(ctx context.Context, st kv.Store, opts Options) (*Store, error) {
 // newStore is Open without the format check.
 func newStore(st kv.Store, opts Options) *Store {
 	opts.EnsureDefaults()
-	return &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, opts: opts}
+	return &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, blobs: opts.Blobs, opts: opts}
 }
 
 // KV returns the underlying kv.Store, for the caller's own keys: cowfs's

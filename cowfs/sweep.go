@@ -2,9 +2,11 @@ package cowfs
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
 )
 
@@ -129,6 +131,10 @@ func (t *sweepTracker) commitWith(fn func(record func([][]byte)) error) error {
 // milliseconds.
 const sweepBatch = 256
 
+// blobSweepBatch is sweepBatch for content in a blob store, where each
+// deletion is a request (about a millisecond to a local S3 service).
+const blobSweepBatch = 16
+
 // Sweep is one block sweep, from BeginSweep to End.
 type Sweep struct {
 	s    *Store
@@ -176,22 +182,36 @@ func (w *Sweep) Run(ctx context.Context) (int, error) {
 		}
 	}
 	var cands [][]byte
-	err := w.snap.Iterate([]byte{pfxContent}, nil, true, func(k, _ []byte) (bool, error) {
-		if h := k[1:]; len(h) == 32 {
-			if _, ok := marked[[32]byte(h)]; !ok {
-				cands = append(cands, append([]byte(nil), h...))
-			}
+	err := w.s.listContent(ctx, w.snap, func(h []byte) error {
+		if _, ok := marked[[32]byte(h)]; !ok {
+			cands = append(cands, append([]byte(nil), h...))
 		}
-		return true, nil
+		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	size := min(sweepBatch, deleteBatch(w.s.kv, 33)) // content keys: 'c' and the hash
+	if w.s.blobs != nil {
+		// Each deletion is a request to the blob store, under the lock
+		// writers wait for.
+		size = blobSweepBatch
+	}
 	for i := 0; i < len(cands); i += size {
 		batch := cands[i:min(i+size, len(cands))]
 		err := w.s.tracker.sweep(func(seen func([]byte) bool) error {
+			if w.s.blobs != nil {
+				for _, h := range batch {
+					if seen(h) {
+						continue
+					}
+					if err := w.s.blobs.Delete(ctx, blobs.Key(h)); err != nil {
+						return fmt.Errorf("cowfs: sweep: deleting unreferenced content from the blob store: %w", err)
+					}
+				}
+				return nil
+			}
 			return w.s.kv.Update(ctx, func(tx kv.Txn) error {
 				for _, h := range batch {
 					if seen(h) {

@@ -1,0 +1,98 @@
+package cowfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/branchnfs/branchnfs/blobs"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// Block and chunk content lives in one of two places, chosen by
+// Options.Blobs when the Store opens: under the kv store's 'c' keys (the
+// default), or in a blobs.Store (an S3 bucket, usually behind a disk
+// cache), which the kv store then only references. Every content access
+// goes through the functions here; the kv path costs what it did before
+// (one GetFunc straight into the caller's buffer).
+//
+// With a blob store, a write uploads its content inside the callback of
+// the transaction that references it (updateRefs), so the upload finishes
+// before the reference commits, and it runs under the sweep tracker's read
+// lock, so a sweep, which deletes under the write lock, either deleted the
+// blob before the writer asked whether it exists (then the writer uploads
+// it again) or sees the writer's reference (see sweepTracker).
+
+// putContent stores data, whose BLAKE3 is h, unless the content store
+// holds it already, and reports whether it stored it. tx is the
+// transaction that will reference it.
+func (s *Store) putContent(ctx context.Context, tx kv.Txn, h, data []byte) (bool, error) {
+	if s.blobs == nil {
+		ok, err := tx.Has(contentKey(h))
+		if err != nil || ok {
+			return false, err
+		}
+		return true, tx.Set(contentKey(h), data)
+	}
+	k := blobs.Key(h)
+	ok, err := s.blobs.Has(ctx, k)
+	if err == nil && ok {
+		return false, nil
+	}
+	if err == nil {
+		err = s.blobs.Put(ctx, k, data)
+	}
+	if err != nil {
+		return false, fmt.Errorf("cowfs: storing block content in the blob store: %w; nothing was written", err)
+	}
+	return true, nil
+}
+
+// getContent calls fn with the content of hash h, which fn must not keep.
+// Absent content is kv.ErrNotFound whichever store holds it.
+func (s *Store) getContent(ctx context.Context, tx kv.Txn, h []byte, fn func([]byte) error) error {
+	if s.blobs == nil {
+		return tx.GetFunc(contentKey(h), fn)
+	}
+	data, err := s.blobs.Get(ctx, blobs.Key(h))
+	if errors.Is(err, blobs.ErrNotFound) {
+		return fmt.Errorf("cowfs: block content %x: %w", h[:8], kv.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("cowfs: reading block content %x from the blob store: %w", h[:8], err)
+	}
+	return fn(data)
+}
+
+// listContent calls fn with the hash of every stored content, in no set
+// order (sorted for the kv store). snap is the kv snapshot to list from
+// when content is in the kv store.
+func (s *Store) listContent(ctx context.Context, snap kv.Txn, fn func(h []byte) error) error {
+	if s.blobs == nil {
+		return snap.Iterate([]byte{pfxContent}, nil, true, func(k, _ []byte) (bool, error) {
+			if h := k[1:]; len(h) == 32 {
+				if err := fn(h); err != nil {
+					return false, err
+				}
+			}
+			return true, nil
+		})
+	}
+	return s.blobs.List(ctx, func(k blobs.Key) error { return fn(k[:]) })
+}
+
+// ContentInBlobs reports whether content lives in a blob store
+// (Options.Blobs) rather than in the kv store.
+func (s *Store) ContentInBlobs() bool { return s.blobs != nil }
+
+// setContent stores data, whose BLAKE3 is h, without asking first (the
+// merge's content of trimmed blocks, which it just cut).
+func (s *Store) setContent(ctx context.Context, tx kv.Txn, h, data []byte) error {
+	if s.blobs == nil {
+		return tx.Set(contentKey(h), data)
+	}
+	if err := s.blobs.Put(ctx, blobs.Key(h), data); err != nil {
+		return fmt.Errorf("cowfs: storing block content in the blob store: %w; nothing was written", err)
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/blobs"
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// TestOverBlobs runs the package's file, read, rechunk and sweep tests
+// again with content in a blob store (openStore gives each store the
+// disk cache over a blobs.Mem, see testContent).
+func TestOverBlobs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"SmokeLayers", TestSmokeLayers},
+		{"DataAcrossLayers", TestDataAcrossLayers},
+		{"KillSetID", TestKillSetID},
+		{"PruneShadowed", TestPruneShadowed},
+		{"RechunkReadsSame", TestRechunkReadsSame},
+		{"ChunkReadFetchesOnce", TestChunkReadFetchesOnce},
+		{"SweepKeepsChunks", TestSweepKeepsChunks},
+		{"RechunkRaceSweep", TestRechunkRaceSweep},
+		{"ReclaimRaceTruncate", TestReclaimRaceTruncate},
+		{"ReclaimRaceFoldTrim", TestReclaimRaceFoldTrim},
+		{"BlobContent", testBlobContent},
+	} {
+		t.Run(tc.name, tc.fn)
+	}
+}
+
+// testBlobContent: under TestOverBlobs, content goes to the blob store
+// and none to the kv store, and the sweep deletes unreferenced blobs and
+// keeps referenced ones.
+func testBlobContent(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
+	if !sto.ContentInBlobs() {
+		t.Fatal("the store keeps content in the kv store")
+	}
+	r := rand.New(rand.NewPCG(5, 6))
+	b, want := overGarbage(t, f, r)
+	err := st.View(ctx, func(tx kv.Txn) error {
+		return tx.Iterate([]byte{pfxContent}, nil, true, func(k, _ []byte) (bool, error) {
+			return false, fmt.Errorf("content key %x in the kv store", k)
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := storedContent(t, sto)
+	sweepAround(t, sto, func() {})
+	after := storedContent(t, sto)
+	if len(after) >= len(before) {
+		t.Fatalf("the sweep deleted no blob: %d before, %d after", len(before), len(after))
+	}
+	if got := readAll(t, f, b.Ino, 2*bs); !bytes.Equal(got, append(want, got[len(want):]...)) || len(got) != 2*bs {
+		t.Fatalf("file b reads differently after the sweep")
+	}
+}
+
+// failingBlobs is a blob store whose Put fails as an unreachable S3
+// service does, and whose other methods pass through.
+type failingBlobs struct {
+	blobs.Store
+	fail bool
+}
+
+func (b *failingBlobs) Put(ctx context.Context, k blobs.Key, data []byte) error {
+	if b.fail {
+		return fmt.Errorf("%w: PUT at s3://bkt/p (endpoint 127.0.0.1:9): connection refused", blobs.ErrUnavailable)
+	}
+	return b.Store.Put(ctx, k, data)
+}
+
+// TestBlobPutFails: a write whose upload fails returns the blob store's
+// error (EIO to the caller, the blob store's error naming its endpoint in
+// the log) and references nothing: the file keeps its old bytes and size,
+// and the same write succeeds once the store is back.
+func TestBlobPutFails(t *testing.T) {
+	const bs = 4096
+	fb := &failingBlobs{Store: blobs.NewMem()}
+	var log bytes.Buffer
+	f, _, _ := newTestFS(t, Options{BlockSize: bs, InlineMax: 64, Blobs: fb, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	old := randBytes(r, 2*bs)
+	if _, err := f.WriteAt(a.Ino, old, 0); err != nil {
+		t.Fatal(err)
+	}
+	fb.fail = true
+	p := randBytes(r, 3*bs)
+	_, err = f.WriteAt(a.Ino, p, bs)
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write with the blob store down: %v, want EIO", err)
+	}
+	if !strings.Contains(log.String(), "blob store") || !strings.Contains(log.String(), "127.0.0.1:9") {
+		t.Fatalf("the log says %q: want the blob store and its endpoint named", log.String())
+	}
+	if got := readAll(t, f, a.Ino, len(old)); !bytes.Equal(got, old) {
+		t.Fatalf("after the failed write the file reads %d bytes (equal=%v), want its old %d", len(got), bytes.Equal(got, old), len(old))
+	}
+	fb.fail = false
+	if _, err := f.WriteAt(a.Ino, p, bs); err != nil {
+		t.Fatal(err)
+	}
+	want := append(old[:bs:bs], p...)
+	if got := readAll(t, f, a.Ino, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("the write retried once the blob store is back reads differently")
+	}
+}
