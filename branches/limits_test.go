@@ -42,3 +42,73 @@ func TestReclaimWithinStoreLimits(t *testing.T) {
 		t.Fatalf("Reclaim deleted %+v; want the 150 checkpoints, at least 300 keys and 150 blocks", rs)
 	}
 }
+
+// etcdLimits are etcd's default limits, as etcdkv reports them.
+var etcdLimits = kv.Limits{Writes: 128, Reads: 128, Bytes: 1<<20 + 1<<19 - 512, OpBytes: 24}
+
+// TestMergeWithinStoreLimits: a merge commit of 1,000 new files, about
+// 3,000 writes, stages them in batches sized by the store's Limits, so it
+// commits on a store that takes etcd's 128 writes per transaction.
+func TestMergeWithinStoreLimits(t *testing.T) {
+	ctx := context.Background()
+	st := kvtest.Limited(kvtest.NewStore(t), etcdLimits)
+	m := newManagerOpts(t, branches.Options{Store: st})
+	must(m.Fork(ctx, "main", "kid"))(t)
+	for i := range 1000 {
+		write(t, m, "kid", fmt.Sprintf("d/f%04d", i), fmt.Sprintf("file %d", i))
+	}
+	write(t, m, "main", "other", "main changed") // so the commit merges
+	res, err := m.Commit(ctx, "kid")
+	if err != nil {
+		t.Fatalf("merge of 1,000 files on a store of 128 writes per transaction: %v", err)
+	}
+	if res.FastPath || res.Changes < 1000 {
+		t.Fatalf("commit: %+v, want a merge of at least 1,000 changes", res)
+	}
+	for _, i := range []int{0, 517, 999} {
+		if got, want := read(t, m, "main", fmt.Sprintf("d/f%04d", i)), fmt.Sprintf("file %d", i); got != want {
+			t.Errorf("main's d/f%04d = %q, want %q", i, got, want)
+		}
+	}
+	if got := read(t, m, "main", "other"); got != "main changed" {
+		t.Errorf("main's other = %q", got)
+	}
+}
+
+// TestFoldWithinStoreLimits: folding a layer of 300 files (about 900
+// keys, each inode record also reading the layer below) copies it in
+// batches sized by the store's Limits, writes and reads both.
+func TestFoldWithinStoreLimits(t *testing.T) {
+	ctx := context.Background()
+	st := kvtest.Limited(kvtest.NewStore(t), etcdLimits)
+	m := newManagerOpts(t, branches.Options{Store: st})
+	// Each fork freezes main's top: ten rounds make main's stack 11 deep.
+	for r := range 10 {
+		n := 1
+		if r == 9 {
+			n = 300 // the layer the fold copies first
+		}
+		for i := range n {
+			write(t, m, "main", fmt.Sprintf("r%d/f%03d", r, i), fmt.Sprintf("round %d file %d", r, i))
+		}
+		must(m.Fork(ctx, "main", fmt.Sprintf("c%d", r)))(t)
+		must(m.Abort(ctx, fmt.Sprintf("c%d", r)))(t)
+	}
+	// The aborted children's tops reference main's layers until reclaimed.
+	must(m.Reclaim(ctx))(t)
+	n, err := m.Fold(ctx)
+	if err != nil {
+		t.Fatalf("fold on a store of 128 writes and reads per transaction: %v", err)
+	}
+	if n == 0 {
+		t.Fatal("nothing folded")
+	}
+	for r := range 10 {
+		if got, want := read(t, m, "main", fmt.Sprintf("r%d/f000", r)), fmt.Sprintf("round %d file 0", r); got != want {
+			t.Errorf("after the fold main's r%d/f000 = %q, want %q", r, got, want)
+		}
+	}
+	if got := read(t, m, "main", "r9/f299"); got != "round 9 file 299" {
+		t.Errorf("after the fold main's r9/f299 = %q", got)
+	}
+}

@@ -39,9 +39,14 @@ func (s *Store) FoldDown(ctx context.Context, x, y LayerID) error {
 	return nil
 }
 
+// foldBatch bounds the keys one fold transaction copies whatever the
+// store allows, which bounds the memory of a batch.
+const foldBatch = 512
+
 func (f *View) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) error {
 	pfx := layerPrefix(x)
 	scan := append(layerPrefix(x), kind)
+	lim := f.store.Limits()
 	var start []byte
 	for {
 		type kvp struct{ k, v []byte }
@@ -50,7 +55,7 @@ func (f *View) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) er
 			batch = batch[:0]
 			return tx.Iterate(scan, start, false, func(k, v []byte) (bool, error) {
 				batch = append(batch, kvp{append([]byte(nil), k...), append([]byte(nil), v...)})
-				return len(batch) < 512, nil
+				return len(batch) < foldBatch, nil
 			})
 		})
 		if err != nil {
@@ -59,8 +64,40 @@ func (f *View) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) er
 		if len(batch) == 0 {
 			return nil
 		}
-		err = f.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
+		if kind == kindInode {
+			// y's blocks the records of x hide go first, in batches of
+			// their own: a record may hide any number of them.
 			for _, e := range batch {
+				ino := InodeID(binary.BigEndian.Uint64(e.k[len(pfx)+1:]))
+				if err := f.dropHidden(ctx, y, ino, e.v); err != nil {
+					return err
+				}
+			}
+		}
+		// Each key costs at most: an inode record, 4 reads (y's record,
+		// the range of y's blocks at its cut, the block straddling it and
+		// its content) and 3 writes (the trimmed block, its reference and
+		// the record); an entry, 2 reads and a write; anything else a
+		// write.
+		cost := func(e kvp) (writes, reads, bytes int) {
+			kb := len(e.k) + lim.OpBytes
+			switch e.k[len(pfx)] {
+			case kindInode:
+				return 3, 4, 6*kb + 2*len(e.v) + int(f.bs) + 64
+			case kindEntry:
+				return 1, 2, 3*kb + len(e.v)
+			}
+			return 1, 0, kb + len(e.v)
+		}
+		done := 0
+		err = f.updateRefs(ctx, func(ktx kv.Txn, refs *refLog) error {
+			tx := &countTxn{Txn: ktx, opBytes: lim.OpBytes}
+			done = 0
+			for _, e := range batch {
+				if w, r, b := cost(e); done > 0 && !tx.fits(lim, w, r, b) {
+					break
+				}
+				done++
 				rest := e.k[len(pfx):]
 				yk := append(layerPrefix(y), rest...)
 				switch {
@@ -103,7 +140,54 @@ func (f *View) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) er
 		if err != nil {
 			return err
 		}
-		start = append(batch[len(batch)-1].k, 0)
+		start = append(batch[done-1].k, 0)
+	}
+}
+
+// dropHidden deletes the blocks of ino in y that x's record of it
+// (encoded xv) hides, but the one straddling its cut (foldInode trims
+// that one), in batches the store takes. Nobody reads y but through x,
+// whose record hides them already.
+func (f *View) dropHidden(ctx context.Context, y LayerID, ino InodeID, xv []byte) error {
+	xn, err := decodeInode(ino, xv)
+	if err != nil {
+		return err
+	}
+	cut := xn.Cut
+	if xn.Deleted {
+		cut = 0
+	}
+	first := cut / f.bs
+	n := deleteBatch(f.store, LayerKeyLen)
+	for {
+		var keys [][]byte
+		err := f.store.View(ctx, func(tx kv.Txn) error {
+			keys = keys[:0]
+			if ok, err := tx.Has(inodeKey(y, ino)); err != nil || !ok {
+				return err // foldInode deletes nothing of y then
+			}
+			return tx.Iterate(dataPrefix(y, ino), dataKey(y, ino, first), true, func(k, _ []byte) (bool, error) {
+				if binary.BigEndian.Uint64(k[len(k)-8:]) == first && cut%f.bs != 0 {
+					return true, nil
+				}
+				keys = append(keys, append([]byte(nil), k...))
+				return len(keys) < n, nil
+			})
+		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		err = f.store.Update(ctx, func(tx kv.Txn) error {
+			for _, k := range keys {
+				if err := tx.Delete(k); err != nil && !errors.Is(err, kv.ErrNotFound) {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 	}
 }
 

@@ -257,8 +257,9 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 		sort.Strings(conflicts)
 		return conflicts, 0, err
 	}
-	for i := 0; i < len(writes); i += 2000 {
-		j := min(i+2000, len(writes))
+	lim := s.kv.Limits()
+	for i := 0; i < len(writes); {
+		j := i + writeBatch(lim, len(writes)-i, func(k int) int { return len(writes[i+k].k) + len(writes[i+k].v) })
 		// Content written here must survive a concurrent block sweep
 		// until the batch holding its reference commits.
 		err := child.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
@@ -282,6 +283,7 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 		if err != nil {
 			return nil, 0, err
 		}
+		i = j
 	}
 	return nil, applied, nil
 }

@@ -111,8 +111,20 @@ type env struct {
 	m   *branches.Manager
 }
 
+// newEnv runs a Manager over a Badger store that reports and enforces
+// etcd's default limits, so operations that batch by the store's Limits
+// batch as they would on etcd.
 func newEnv(t *testing.T) *env {
-	rec := txnsize.New(kvtest.NewDiskStore(t))
+	return newEnvOn(t, kvtest.Limited(kvtest.NewDiskStore(t), kv.Limits{
+		Writes: etcdMaxOps, Reads: etcdMaxOps, Bytes: etcdMaxBytes - 512, OpBytes: etcdOpBytes}))
+}
+
+// newEnvUnlimited is newEnv with Badger's own limits, for operations
+// that do not fit etcd's yet (the report shows by how much).
+func newEnvUnlimited(t *testing.T) *env { return newEnvOn(t, kvtest.NewDiskStore(t)) }
+
+func newEnvOn(t *testing.T, st kv.Store) *env {
+	rec := txnsize.New(st)
 	m := branchestest.NewManager(t, branches.Options{Store: rec, ReclaimDelay: -1})
 	return &env{t: t, rec: rec, m: m}
 }
@@ -227,7 +239,7 @@ func TestReport(t *testing.T) {
 	}
 
 	for _, n := range []int{10, 200} {
-		e := newEnv(t)
+		e := newEnvUnlimited(t)
 		for i := 0; i < n; i++ {
 			e.fork("main", fmt.Sprintf("s%d", i))
 		}
