@@ -200,3 +200,64 @@ func BenchmarkRead(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFoldCheckpoints times fold passes that each fold one layer of
+// main's stack while the store holds 10,000 checkpoint records (of another
+// branch, which no fold touches): what a pass costs besides the fold
+// itself grows with the records it reads.
+func BenchmarkFoldCheckpoints(b *testing.B) {
+	m := newManagerOpts(b, branches.Options{NoLifecycleSync: true})
+	ctx := context.Background()
+	write(b, m, "main", "f", "base")
+	if _, err := m.Fork(ctx, "main", "side"); err != nil {
+		b.Fatal(err)
+	}
+	write(b, m, "side", "s", "side")
+	for i := 0; i < 10_000; i++ {
+		if _, err := m.Checkpoint(ctx, "side", fmt.Sprintf("c%d", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	round := 0
+	deepen := func(n int) {
+		for ; n > 0; n-- {
+			name := fmt.Sprintf("r%d", round)
+			if _, err := m.Fork(ctx, "main", name); err != nil {
+				b.Fatal(err)
+			}
+			write(b, m, name, fmt.Sprintf("f%d", round), "round")
+			if _, err := m.Commit(ctx, name); err != nil {
+				b.Fatal(err)
+			}
+			write(b, m, "main", fmt.Sprintf("p%d", round), "parent")
+			round++
+		}
+		if _, err := m.Reclaim(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	deepen(10)
+	if _, err := m.Fold(ctx); err != nil {
+		b.Fatal(err)
+	}
+	var elapsed time.Duration
+	folded := 0
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		deepen(1)
+		b.StartTimer()
+		t0 := time.Now()
+		n, err := m.Fold(ctx)
+		elapsed += time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		folded += n
+	}
+	b.StopTimer()
+	if folded == 0 {
+		b.Fatal("nothing folded")
+	}
+	b.ReportMetric(float64(elapsed.Microseconds())/float64(folded), "µs/fold")
+}

@@ -3,6 +3,7 @@ package branches
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/branchnfs/branchnfs/kv"
@@ -51,4 +52,60 @@ func (m *Manager) PutLease(ctx context.Context, name string, expires time.Time) 
 		return err
 	}
 	return m.cow.KV().Update(ctx, func(tx kv.Txn) error { return tx.Set(metaKey(b.rec.ID), v) })
+}
+
+// CheckpointDecodes counts the checkpoint records folds decoded.
+func (m *Manager) CheckpointDecodes() int64 { return m.cps.decodes.Load() }
+
+// CheckpointIndexAgrees reports how the in-memory checkpoint index differs
+// from the records in the store (nil if it does not), and how many records
+// there are.
+func (m *Manager) CheckpointIndexAgrees(ctx context.Context) (int, error) {
+	var want cpIndex
+	want.mu.Lock()
+	err := want.load(ctx, m.cow.KV())
+	want.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	m.cps.mu.Lock()
+	defer m.cps.mu.Unlock()
+	if m.cps.stale {
+		return 0, fmt.Errorf("index stale")
+	}
+	if len(m.cps.layerOf) != len(want.layerOf) {
+		return 0, fmt.Errorf("index holds %d records, store %d", len(m.cps.layerOf), len(want.layerOf))
+	}
+	for k, l := range want.layerOf {
+		if got, ok := m.cps.layerOf[k]; !ok || got != l {
+			return 0, fmt.Errorf("record %q: index says layer %d (%v), store %d", k, got, ok, l)
+		}
+		if _, ok := m.cps.at[l][k]; !ok {
+			return 0, fmt.Errorf("record %q missing from the index's layer %d", k, l)
+		}
+	}
+	n := 0
+	for _, ks := range m.cps.at {
+		n += len(ks)
+	}
+	if n != len(want.layerOf) {
+		return 0, fmt.Errorf("index's layers hold %d records, store %d", n, len(want.layerOf))
+	}
+	return n, nil
+}
+
+// CheckpointLayers returns each checkpoint record's layer, read from the
+// store.
+func (m *Manager) CheckpointLayers(ctx context.Context) (map[string]uint64, error) {
+	var ix cpIndex
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if err := ix.load(ctx, m.cow.KV()); err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for k, l := range ix.layerOf {
+		out[k] = uint64(l)
+	}
+	return out, nil
 }

@@ -3,9 +3,12 @@ package branches
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/kv"
 )
 
 // Folding keeps stacks shallow. Every fork of a written parent and every
@@ -96,30 +99,36 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 		}
 	}
 	m.mu.RUnlock()
+	// The checkpoints of x, from the index: decoding every record would
+	// cost a pass over all of them.
+	cpKeys, err := m.cpKeysAt(ctx, x)
+	if err != nil {
+		return false, mapErr(err)
+	}
 	err = m.cow.Update(ctx, func(t *cowfs.Txn) error {
 		if err := t.Repoint(x, y); err != nil {
 			return err
 		}
 		tx := t.KV()
-		type cpw struct{ k, v []byte }
-		var cps []cpw
-		err := tx.Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
+		for _, k := range cpKeys {
+			v, err := tx.Get([]byte(k))
+			if errors.Is(err, kv.ErrNotFound) {
+				continue // a dead branch's, deleted meanwhile
+			}
+			if err != nil {
+				return err
+			}
 			var cp checkpointRec
+			m.cps.decodes.Add(1)
 			if err := json.Unmarshal(v, &cp); err != nil {
-				return false, err
+				return fmt.Errorf("branches: corrupt checkpoint record %q: %w", k, err)
 			}
-			if cp.Layer == x {
-				cp.Layer = y
-				nv, _ := json.Marshal(cp)
-				cps = append(cps, cpw{append([]byte(nil), k...), nv})
+			if cp.Layer != x {
+				continue
 			}
-			return true, nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, c := range cps {
-			if err := tx.Set(c.k, c.v); err != nil {
+			cp.Layer = y
+			nv, _ := json.Marshal(cp)
+			if err := tx.Set([]byte(k), nv); err != nil {
 				return err
 			}
 		}
@@ -130,6 +139,7 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 		}
 		return nil
 	})
+	m.cps.committed(err, nil, nil, cpKeys, y)
 	if err != nil {
 		return false, mapErr(err)
 	}
@@ -187,15 +197,15 @@ func (m *Manager) layerRefs(ctx context.Context, minDepth int) (refs map[cowfs.L
 		for l, n := range over {
 			refs[l] += n
 		}
-		return t.KV().Iterate([]byte{'K'}, nil, false, func(k, v []byte) (bool, error) {
-			var cp checkpointRec
-			if err := json.Unmarshal(v, &cp); err != nil {
-				return false, err
-			}
-			pinned[cp.Layer] = true
-			refs[cp.Layer]++
-			return true, nil
-		})
+		return nil
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	// Checkpoints, from the index (no record decoded).
+	err = m.cpCounts(ctx, func(l cowfs.LayerID, n int) {
+		pinned[l] = true
+		refs[l] += n
 	})
 	return refs, pinned, stacks, err
 }

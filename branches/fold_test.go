@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/kv"
 )
 
 // TestFoldDeepStack builds a deep stack with fork/commit rounds, folds it,
@@ -102,4 +103,92 @@ func TestFoldKeepsForkBase(t *testing.T) {
 			t.Errorf("%s = %q, want %q", p, got, want)
 		}
 	}
+}
+
+// TestFoldCheckpointIndex: a fold pass re-points the checkpoints of the
+// layers it folds away without decoding the other checkpoint records
+// (they come from an in-memory index), and the index agrees with the
+// records after folds, after a reclamation pass deletes a dead branch's
+// records, and after a reopen (it is rebuilt from the records).
+func TestFoldCheckpointIndex(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() (kv.Store, *branches.Manager) {
+		st, err := kv.OpenBadger(dir, kv.BadgerOptions{GCInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st, m
+	}
+	st, m := open()
+	agree := func(when string, want int) {
+		t.Helper()
+		n, err := m.CheckpointIndexAgrees(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		if n != want {
+			t.Fatalf("%s: %d checkpoint records, want %d", when, n, want)
+		}
+	}
+	must(m.Fork(ctx, "main", "side"))(t)
+	for i := 0; i < 40; i++ {
+		write(t, m, "side", fmt.Sprintf("s%d", i), "side")
+		must(m.Checkpoint(ctx, "side", fmt.Sprintf("s%d", i)))(t)
+	}
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("r%d", i)
+		must(m.Fork(ctx, "main", name))(t)
+		write(t, m, name, fmt.Sprintf("f%d", i), fmt.Sprint("round ", i))
+		must(m.Commit(ctx, name))(t)
+		write(t, m, "main", fmt.Sprintf("p%d", i), "parent")
+		if i%4 == 3 {
+			must(m.Checkpoint(ctx, "main", fmt.Sprintf("c%d", i)))(t)
+		}
+	}
+	must(m.Reclaim(ctx))(t) // the committed rounds' layers refer to main's
+	agree("before folding", 45)
+	before := must(m.CheckpointLayers(ctx))(t)
+	decodes := m.CheckpointDecodes()
+	folded := must(m.Fold(ctx))(t)
+	if folded == 0 {
+		t.Fatal("nothing folded")
+	}
+	after := must(m.CheckpointLayers(ctx))(t)
+	moved := 0
+	for k, l := range before {
+		if after[k] != l {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("the folds re-pointed no checkpoint: the test does not exercise re-pointing")
+	}
+	// Each fold decodes at most the records it re-points: main's five
+	// at most, never side's forty.
+	if d := m.CheckpointDecodes() - decodes; d > int64(5*folded) {
+		t.Fatalf("%d folds decoded %d checkpoint records", folded, d)
+	}
+	agree("after folding", 45)
+	if err := m.Restore(ctx, "main", "c7"); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, m, "main", "f7"); got != "round 7" {
+		t.Fatalf("restored f7 = %q", got)
+	}
+	if got := read(t, m, "main", "p8"); got != "<missing>" {
+		t.Fatalf("restored p4 = %q", got)
+	}
+	must(m.Abort(ctx, "side"))(t)
+	must(m.Reclaim(ctx))(t)
+	agree("after reclaiming side's checkpoints", 5)
+	m.Close()
+	st.Close()
+	st, m = open()
+	defer func() { m.Close(); st.Close() }()
+	agree("after a reopen", 5)
 }

@@ -530,6 +530,7 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 		v, _ := json.Marshal(cp)
 		return tx.KV().Set(cpKey(b.rec.ID, label), v)
 	})
+	m.cps.committed(err, map[string]cowfs.LayerID{string(cpKey(b.rec.ID, label)): cp.Layer}, nil, nil, 0)
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("branches: checkpoint %s: %w", name, mapErr(err))
 	}

@@ -155,6 +155,9 @@ type Manager struct {
 	// foldMu, opMu.
 	gc gcState
 
+	// cps indexes the checkpoint records by layer (its own leaf lock).
+	cps cpIndex
+
 	mu     sync.RWMutex // protects the following; taken last
 	byID   map[BranchID]*branch
 	byName map[string]*branch // live and invalidated branches
@@ -200,6 +203,12 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		reclaim: make(chan struct{}, 1)}
 	if err := m.load(ctx); err != nil {
 		return nil, err
+	}
+	m.cps.mu.Lock()
+	err = m.cps.load(ctx, opts.Store)
+	m.cps.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("branches: open: %w", mapErr(err))
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel

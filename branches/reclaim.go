@@ -184,6 +184,7 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 			}
 			return nil
 		})
+		m.cps.committed(err, nil, deadCPs[:n], nil, 0)
 		if err != nil {
 			return st, err
 		}
