@@ -17,8 +17,9 @@ import (
 
 type initOptions struct {
 	*globalOptions
-	From   string
-	Ignore []string
+	From    string
+	Ignore  []string
+	Backend backendFlags
 }
 
 func newInitCommand(g *globalOptions) *cobra.Command {
@@ -41,10 +42,15 @@ import is all or nothing.`,
 func (o *initOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.From, "from", "", "import this directory tree into main")
 	addIgnoreFlag(cmd, &o.Ignore)
+	o.Backend.AddFlags(cmd)
 }
 
 func runInit(ctx context.Context, o *initOptions) error {
 	ignore, err := ignoreList(o.Ignore)
+	if err != nil {
+		return err
+	}
+	backend, err := o.Backend.config()
 	if err != nil {
 		return err
 	}
@@ -58,7 +64,7 @@ func runInit(ctx context.Context, o *initOptions) error {
 	}
 	_, statErr := os.Stat(dir)
 	dirExisted := statErr == nil
-	s, err := openStore(ctx, dir, openOptions{create: true, ignore: ignore})
+	s, err := openStore(ctx, dir, openOptions{create: true, ignore: ignore, backend: backend})
 	if err != nil {
 		return err
 	}

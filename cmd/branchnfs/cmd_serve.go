@@ -34,6 +34,7 @@ type serveOptions struct {
 	Ignore      []string
 	Reserve     string
 	Mount       string
+	Backend     backendFlags
 	// WorkdirRoot: testing only, see attemptOptions.WorkdirRoot.
 	WorkdirRoot string
 }
@@ -70,6 +71,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.Mount, "mount", "", "mount the export / at this directory, for exec, race and best-of (macOS: as you; Linux: as root or through an /etc/fstab \"user\" entry)")
 	cmd.Flags().StringVar(&o.WorkdirRoot, "workdir-root", "", "testing only: jobs run in DIR/BRANCH, a plain directory, instead of the mount")
 	cmd.Flags().MarkHidden("workdir-root")
+	o.Backend.AddFlags(cmd)
 	cmd.Flags().StringVar(&o.Reserve, "reserve", "512MiB", "free space to keep on the store's disk: writes fail with ENOSPC before they would use it (0 disables the check; Badger then dies with SIGBUS on a full disk)")
 }
 
@@ -125,6 +127,10 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if reserve == 0 {
 		reserve = -1 // kv: no reserve
 	}
+	backend, err := o.Backend.config()
+	if err != nil {
+		return err
+	}
 	logger := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: level}))
 	// What still logs to the default logger (libraries) follows --log-level.
 	prevLogger := slog.Default()
@@ -148,7 +154,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	_, statErr := os.Stat(dir)
 	dirExisted := statErr == nil
 	start := time.Now()
-	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, reserve: reserve, logger: logger, ignore: ignore})
+	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, reserve: reserve, logger: logger, ignore: ignore, backend: backend})
 	if err != nil {
 		return err
 	}

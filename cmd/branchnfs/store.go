@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
@@ -22,7 +23,9 @@ import (
 
 // Store directory layout:
 //
-//	STORE/db/            the Badger database
+//	STORE/db/            the Badger database (unless backend.json names etcd)
+//	STORE/backend.json   where metadata and blocks live when not in STORE/db (backend.go)
+//	STORE/blocks-cache/  the disk cache of S3 blocks (default place)
 //	STORE/control.sock   the control API socket of the running server
 //	STORE/control.token  the control API's token (mode 0600, kept across restarts)
 //	STORE/lock           flock'ed by the process that owns the store
@@ -74,7 +77,11 @@ func (o *globalOptions) storeDir() (string, error) {
 
 func storeExists(dir string) bool {
 	fi, err := os.Stat(filepath.Join(dir, dbDirName))
-	return err == nil && fi.IsDir()
+	if err == nil && fi.IsDir() {
+		return true
+	}
+	_, err = os.Stat(filepath.Join(dir, backendFileName)) // metadata on etcd
+	return err == nil
 }
 
 // storeLock is an exclusive flock on STORE/lock: one process owns a store.
@@ -112,10 +119,11 @@ func (l *storeLock) unlock() {
 
 // openedStore is a store this process opened itself.
 type openedStore struct {
-	dir  string
-	kv   kv.Store
-	mgr  *branches.Manager
-	lock *storeLock
+	dir    string
+	kv     kv.Store
+	blocks blobs.Store // nil: content in kv
+	mgr    *branches.Manager
+	lock   *storeLock
 }
 
 type openOptions struct {
@@ -123,13 +131,15 @@ type openOptions struct {
 	syncWrites bool
 	reserve    int64 // free space kept on the store's disk; 0 default, <0 none
 	logger     *slog.Logger
-	ignore     []string // non-nil: replaces the store's ignore list
+	ignore     []string       // non-nil: replaces the store's ignore list
+	backend    *backendConfig // from --meta and --blocks; nil: as recorded (backend.go)
 }
 
 // openStore opens (or creates) the store in dir directly. The caller must
 // Close it.
 func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, error) {
-	if !storeExists(dir) {
+	exists := storeExists(dir)
+	if !exists {
 		if !oo.create {
 			return nil, fmt.Errorf("%w at %s: run `branchnfs init` or `branchnfs serve` first", errNoStore, dir)
 		}
@@ -145,11 +155,35 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	dbDir := filepath.Join(dir, dbDirName)
-	st, err := kv.OpenBadger(dbDir, kv.BadgerOptions{SyncWrites: oo.syncWrites, Reserve: oo.reserve, Logger: logger})
+	be, record, err := resolveBackend(dir, exists, oo.backend)
+	if err != nil {
+		lk.unlock()
+		return nil, err
+	}
+	st, err := openMeta(dir, be, oo, logger)
 	if err != nil {
 		lk.unlock()
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	blocks, err := openBlocks(ctx, dir, be, logger)
+	if err != nil {
+		st.Close()
+		lk.unlock()
+		return nil, err
+	}
+	if record {
+		// Only once both answered: a store that never opened is not
+		// recorded as existing.
+		if err := writeBackend(dir, be); err != nil {
+			closeBlocks(blocks)
+			st.Close()
+			lk.unlock()
+			return nil, err
+		}
+	}
+	statDir := filepath.Join(dir, dbDirName)
+	if be.Meta != "" {
+		statDir = dir
 	}
 	// A new store's main belongs to whoever creates it, so that user can
 	// write in it through NFS (an import from a directory then gives the
@@ -159,14 +193,23 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		Ignore:  oo.ignore,
 		RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid()),
 		Logger: logger,
-		FS:     cowfs.Options{Logger: logger, StatDir: dbDir},
+		FS:     cowfs.Options{Logger: logger, StatDir: statDir, Blobs: blocks},
 	})
 	if err != nil {
+		closeBlocks(blocks)
 		st.Close()
 		lk.unlock()
 		return nil, fmt.Errorf("open branches of %s: %w", dir, err)
 	}
-	return &openedStore{dir: dir, kv: st, mgr: mgr, lock: lk}, nil
+	return &openedStore{dir: dir, kv: st, blocks: blocks, mgr: mgr, lock: lk}, nil
+}
+
+// closeBlocks closes b unless it is nil.
+func closeBlocks(b blobs.Store) error {
+	if b == nil {
+		return nil
+	}
+	return b.Close()
 }
 
 // parseSize parses a byte count such as 536870912, 512M, 512MiB or 1G
@@ -219,6 +262,9 @@ func (s *openedStore) Close() error {
 		err = cerr
 	}
 	if cerr := s.kv.Close(); err == nil && !errors.Is(cerr, kv.ErrClosed) {
+		err = cerr
+	}
+	if cerr := closeBlocks(s.blocks); err == nil {
 		err = cerr
 	}
 	s.lock.unlock()
