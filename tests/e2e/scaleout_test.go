@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/blobs"
+	"github.com/branchnfs/branchnfs/internal/testbin"
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv/etcdtest"
+	nfs "github.com/willscott/go-nfs-client/nfs"
+)
+
+// TestServeOnEtcdAndS3 runs one real server, as a regular user, with its
+// metadata on a 3-member etcd cluster (in this process) and its blocks in
+// versitygw: init records the backend, fork, writes through NFS and
+// commit work; a SIGKILL in the middle of writes loses no acknowledged
+// byte; with S3 stopped a write fails with NFS3ERR_IO and stores nothing,
+// and works again once S3 is back. The blocks are in the bucket, not in
+// etcd.
+func TestServeOnEtcdAndS3(t *testing.T) {
+	cluster := etcdtest.StartCluster(t, etcdtest.Options{})
+	s3 := testbin.StartS3(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
+	var hosts []string
+	for _, ep := range cluster.Endpoints {
+		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+	}
+	const prefix = "/scaleout/"
+	meta := "etcd://" + strings.Join(hosts, ",") + prefix
+	blocksURL := fmt.Sprintf("s3://%s/p/?endpoint=%s&insecure=1&region=us-east-1", s3.Bucket, s3.Endpoint)
+	store := newStore(t)
+	mustCLI(t, store, "init", "--meta", meta, "--blocks", blocksURL, "--blocks-retry", "2s")
+	srv := startServer(t, store, 0)
+	mustCLI(t, store, "fork", "main", "b1")
+
+	r := rand.New(rand.NewPCG(11, 12))
+	data := func(n int) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(r.IntN(256))
+		}
+		return p
+	}
+	c := dial(t, srv.port)
+	tg, _ := c.mount(t, "/b1")
+	first := data(200 << 10)
+	writeFile(t, tg, "first.bin", first)
+	mustCLI(t, store, "commit", "--force", "b1")
+	mustCLI(t, store, "fork", "main", "b2")
+
+	// Writes on their own connection; the server is killed after a few
+	// were acknowledged.
+	acked := map[string][]byte{}
+	var mu sync.Mutex
+	wc := dial(t, srv.port)
+	wtg, _ := wc.mount(t, "/b2")
+	enough := make(chan struct{})
+	done := make(chan struct{})
+	files := make([][]byte, 64)
+	for i := range files {
+		files[i] = data(100<<10 + i*1000)
+	}
+	go func() {
+		defer close(done)
+		for i, p := range files {
+			name := fmt.Sprintf("w%02d.bin", i)
+			f, err := wtg.OpenFile(name, 0o644)
+			if err != nil {
+				return
+			}
+			if _, err := f.Write(p); err != nil {
+				return
+			}
+			if err := f.Close(); err != nil {
+				return
+			}
+			mu.Lock()
+			acked[name] = p
+			n := len(acked)
+			mu.Unlock()
+			if n == 4 {
+				close(enough)
+			}
+		}
+	}()
+	<-enough
+	srv.kill(t)
+	<-done
+	mu.Lock()
+	t.Logf("%d files acknowledged before the SIGKILL", len(acked))
+	mu.Unlock()
+
+	srv = startServer(t, store, 0)
+	c = dial(t, srv.port)
+	main, _ := c.mount(t, "/main")
+	if got := mustRead(t, main, "first.bin"); !bytes.Equal(got, first) {
+		t.Fatalf("main's first.bin after the restart: %d bytes, equal=%v", len(got), bytes.Equal(got, first))
+	}
+	b2, _ := c.mount(t, "/b2")
+	for name, want := range acked {
+		if got := mustRead(t, b2, name); blobs.Sum(got) != blobs.Sum(want) {
+			t.Fatalf("%s after the SIGKILL: %d bytes, hash %s, want %d bytes, hash %s", name, len(got), blobs.Sum(got), len(want), blobs.Sum(want))
+		}
+	}
+
+	// S3 down: a write fails with NFS3ERR_IO and stores nothing.
+	s3.Stop(t)
+	f, err := b2.OpenFile("outage.bin", 0o644)
+	if err != nil {
+		t.Fatalf("create during the S3 outage (metadata only): %v", err)
+	}
+	_, err = f.Write(data(64 << 10))
+	if err == nil {
+		err = f.Close()
+	}
+	wantStatus(t, "write with S3 stopped", err, nfs.NFS3ErrIO)
+	if !strings.Contains(srv.out.String(), s3.Endpoint) {
+		t.Fatalf("the server's log does not name the S3 endpoint %s:\n%s", s3.Endpoint, srv.out.String())
+	}
+	s3.Start(t)
+	after := data(150 << 10)
+	writeFile(t, b2, "outage.bin", after)
+	if got := mustRead(t, b2, "outage.bin"); !bytes.Equal(got, after) {
+		t.Fatal("outage.bin written after S3 came back reads differently")
+	}
+	for name, want := range acked {
+		if got := mustRead(t, b2, name); !bytes.Equal(got, want) {
+			t.Fatalf("%s after the outage reads differently", name)
+		}
+	}
+	mustCLI(t, store, "commit", "--force", "b2")
+	srv.stop(t)
+
+	// The metadata is in etcd and holds no block content; the blocks
+	// are in the bucket.
+	st := cluster.NewStore(t, etcdkv.Options{Prefix: prefix})
+	var content, refs int
+	err = st.View(context.Background(), func(tx kv.Txn) error {
+		return tx.Iterate(nil, nil, true, func(k, _ []byte) (bool, error) {
+			switch {
+			case k[0] == 'c':
+				content++
+			case k[0] == 'l' && len(k) == 26 && k[9] == 'd':
+				refs++
+			}
+			return true, nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if content != 0 || refs == 0 {
+		t.Fatalf("etcd holds %d content keys and %d block references; want none and some", content, refs)
+	}
+	code, out, _ := cli(t, store, "list")
+	if code != 0 || !strings.Contains(out, "main") {
+		t.Fatalf("list with no server (store opened from backend.json): exit %d: %s", code, out)
+	}
+}
