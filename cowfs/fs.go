@@ -209,6 +209,16 @@ func (f *View) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
 	} else if ok {
 		out = append(out, st.stack[0])
 	}
+	frozen, err := f.frozenLayersOf(tx, st, ino)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, frozen...), nil
+}
+
+// frozenLayersOf returns the frozen layers (below the top) that hold a
+// record of ino, top first, from the cache when it knows them.
+func (f *View) frozenLayersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
 	limit := f.opts.InodeCacheSize
 	var frozen []LayerID
 	hit := false
@@ -239,17 +249,29 @@ func (f *View) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
 			f.cacheMu.Unlock()
 		}
 	}
-	return append(out, frozen...), nil
+	return frozen, nil
 }
 
 // getInode resolves ino top-down. It returns ENOENT for a missing or deleted
-// inode, plus the layer holding the visible record.
+// inode, plus the layer holding the visible record. The top layer is read
+// with one Get (not found: it holds no record), so an inode written in the
+// top layer costs one point lookup; the frozen layers go through layersOf.
 func (f *View) getInode(tx kv.Txn, st state, ino InodeID) (*inode, LayerID, error) {
-	layers, err := f.layersOf(tx, st, ino)
+	n, err := layerInode(tx, st.stack[0], ino)
 	if err != nil {
 		return nil, 0, err
 	}
-	for _, l := range layers {
+	if n != nil {
+		if n.Deleted {
+			return nil, 0, syscall.ENOENT
+		}
+		return n, st.stack[0], nil
+	}
+	frozen, err := f.frozenLayersOf(tx, st, ino)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, l := range frozen {
 		n, err := layerInode(tx, l, ino)
 		if err != nil {
 			return nil, 0, err
