@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -95,4 +97,30 @@ func (s *Store) setContent(ctx context.Context, tx kv.Txn, h, data []byte) error
 		return fmt.Errorf("cowfs: storing block content in the blob store: %w; nothing was written", err)
 	}
 	return nil
+}
+
+// blobUploads bounds the uploads one write runs at once: a 1 MiB WRITE is
+// 32 blocks, each a Has and a Put of a few milliseconds to S3.
+const blobUploads = 8
+
+// putContents is putContent for several contents (content key, data)
+// referenced by tx; with a blob store it runs up to blobUploads at once.
+func (s *Store) putContents(ctx context.Context, tx kv.Txn, cs [][2][]byte) error {
+	if s.blobs == nil || len(cs) < 2 {
+		for _, c := range cs {
+			if _, err := s.putContent(ctx, tx, c[0][1:], c[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(blobUploads)
+	for _, c := range cs {
+		g.Go(func() error {
+			_, err := s.putContent(gctx, nil, c[0][1:], c[1])
+			return err
+		})
+	}
+	return g.Wait()
 }

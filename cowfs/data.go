@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"syscall"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
 	"github.com/zeebo/blake3"
+	"golang.org/x/sync/errgroup"
 )
 
 // blockReader resolves the blocks of one inode through the stack.
@@ -18,6 +21,8 @@ type blockReader struct {
 	cuts   []uint64  // the record's Cut per layer; math.MaxUint64 beyond a tombstone
 	ino    InodeID
 	chunks chunkCache // chunks of chunk references read lately
+	// fetched holds blobs prefetched for one READ (blob store only).
+	fetched map[[32]byte][]byte
 }
 
 func (f *View) newBlockReader(tx kv.Txn, st state, ino InodeID) (*blockReader, error) {
@@ -130,7 +135,53 @@ func (br *blockReader) getContent(h []byte, fn func([]byte) error) error {
 	if br.f.s.blobs == nil {
 		return br.tx.GetFunc(contentKey(h), fn) // the kv path, inlined
 	}
+	if data, ok := br.fetched[[32]byte(h)]; ok {
+		return fn(data)
+	}
 	return br.f.s.getContent(br.f.ctx, br.tx, h, fn)
+}
+
+// prefetch gets the blobs blocks use from the blob store, up to
+// blobUploads at once, for getContent: a READ of many blocks then waits
+// for about one round trip per blobUploads blocks rather than one per
+// block.
+func (br *blockReader) prefetch(blocks []resolved) error {
+	var hs [][32]byte
+	seen := map[[32]byte]bool{}
+	for _, r := range blocks {
+		refHashes(r.ref, func(h []byte) {
+			if k := [32]byte(h); !seen[k] {
+				seen[k] = true
+				hs = append(hs, k)
+			}
+		})
+	}
+	if len(hs) < 2 {
+		return nil
+	}
+	out := make([][]byte, len(hs))
+	g, ctx := errgroup.WithContext(br.f.ctx)
+	g.SetLimit(blobUploads)
+	for i, h := range hs {
+		g.Go(func() error {
+			data, err := br.f.s.blobs.Get(ctx, blobs.Key(h))
+			if errors.Is(err, blobs.ErrNotFound) {
+				return nil // getContent reports it
+			}
+			out[i] = data
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("cowfs: reading block content from the blob store: %w", err)
+	}
+	br.fetched = make(map[[32]byte][]byte, len(hs))
+	for i, h := range hs {
+		if out[i] != nil {
+			br.fetched[h] = out[i]
+		}
+	}
+	return nil
 }
 
 // content fills dst (bs bytes) with the bytes of a block reference,
@@ -235,6 +286,11 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		blocks, err := br.blockRange(first, last)
 		if err != nil {
 			return err
+		}
+		if f.s.blobs != nil && last > first {
+			if err := br.prefetch(blocks); err != nil {
+				return err
+			}
 		}
 		if err := br.readBlocks(blocks, first, p[:end-uint64(off)], uint64(off)); err != nil {
 			return err
@@ -443,7 +499,8 @@ func (f *View) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize
 	first, last := off/bs, (end-1)/bs
 	var br *blockReader
 	var old map[uint64]resolved
-	var buf []byte // scratch for partial blocks, allocated on demand
+	var buf []byte  // scratch for partial blocks, allocated on demand
+	var up []upload // with a blob store: the blocks to upload, then reference
 	for idx := first; idx <= last; idx++ {
 		base := idx * bs
 		blen := min(bs, newSize-base) // bytes of this block inside the file
@@ -495,6 +552,15 @@ func (f *View) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize
 			}
 			copy(buf[lo-base:], p[lo-off:hi-off])
 		}
+		if f.s.blobs != nil {
+			// Uploaded together below.
+			ref, c := f.blockRef(data)
+			if c != nil && !full {
+				c[1] = bytes.Clone(c[1]) // buf is reused for the last block
+			}
+			up = append(up, upload{idx, ref, c})
+			continue
+		}
 		ref, err := f.storeBlock(tx, data)
 		if err != nil {
 			return err
@@ -503,7 +569,32 @@ func (f *View) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize
 			return err
 		}
 	}
+	if len(up) == 0 {
+		return nil
+	}
+	var cs [][2][]byte
+	for _, u := range up {
+		if u.c != nil {
+			cs = append(cs, *u.c)
+		}
+	}
+	if err := f.s.putContents(f.ctx, tx, cs); err != nil {
+		return err
+	}
+	for _, u := range up {
+		if err := refs.set(tx, dataKey(st.stack[0], n.Ino, u.idx), u.ref); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// upload is a block writeBlocks stores in a blob store: its index, its
+// reference and its content key-value (nil for zeros and inline blocks).
+type upload struct {
+	idx uint64
+	ref []byte
+	c   *[2][]byte
 }
 
 func (f *View) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
