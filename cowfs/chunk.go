@@ -58,6 +58,14 @@ const (
 // so that BenchmarkChunkSizes can compare others.
 var chunkSizes = struct{ min, max, avgBits int }{chunkMin, chunkMax, chunkAvgBits}
 
+// newChunker returns the chunker that cuts rd into content-defined chunks
+// (Rechunk and WriteChunked use the same one).
+func newChunker(rd io.Reader) *chunker.Chunker {
+	ch := chunker.NewWithBoundaries(rd, chunkPol, uint(chunkSizes.min), uint(chunkSizes.max))
+	ch.SetAverageBits(chunkSizes.avgBits)
+	return ch
+}
+
 // chunkSlice is bytes [off, off+n) of the chunk with hash h.
 type chunkSlice struct {
 	h      []byte
@@ -510,8 +518,7 @@ type pendingChunk struct {
 // references, in transactions that fit the store's Limits.
 func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []runBlock, st *RechunkStats) error {
 	rd := &runReader{ctx: ctx, s: s, store: s.kv, run: run}
-	ch := chunker.NewWithBoundaries(rd, chunkPol, uint(chunkSizes.min), uint(chunkSizes.max))
-	ch.SetAverageBits(chunkSizes.avgBits)
+	ch := newChunker(rd)
 	buf := make([]byte, chunkSizes.max)
 	var chunks []pendingChunk
 	done := 0 // blocks [0, done) are swapped (or skipped)

@@ -4,7 +4,10 @@
 // access and modification times.
 //
 // It uses the inode API of cowfs, so inode numbers of hard links are
-// shared as in the source. Directory times are set after their contents,
+// shared as in the source. File contents go in as content-defined chunks
+// (cowfs.View.WriteChunked), as GC would rechunk them: a fresh store has
+// nothing left to rechunk, and data shifted against an imported file
+// shares its chunks at once. Directory times are set after their contents,
 // so they end up as in the source. Import is not atomic by itself: import
 // into a fresh branch and commit it for all-or-nothing (the CLI does).
 package importdir
@@ -41,8 +44,6 @@ type Options struct {
 	// Progress, when set, is called after every entry, from the importing
 	// goroutine. It must be fast; throttle display in the callback.
 	Progress func(Progress)
-	// ChunkSize is the size of each WriteAt; 0 means 1 MiB.
-	ChunkSize int
 }
 
 // linkKey identifies a source inode for hard link detection.
@@ -53,7 +54,6 @@ type importer struct {
 	fs    *cowfs.View
 	opts  Options
 	links map[linkKey]cowfs.InodeID
-	buf   []byte
 	p     Progress
 }
 
@@ -62,9 +62,6 @@ type importer struct {
 // src itself are applied to dst. It returns what was imported, also on
 // error.
 func Import(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, opts Options) (Progress, error) {
-	if opts.ChunkSize <= 0 {
-		opts.ChunkSize = 1 << 20
-	}
 	fi, err := os.Stat(src)
 	if err != nil {
 		return Progress{}, fmt.Errorf("importdir: %w", err)
@@ -72,7 +69,7 @@ func Import(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, 
 	if !fi.IsDir() {
 		return Progress{}, fmt.Errorf("importdir: %s is not a directory", src)
 	}
-	im := &importer{ctx: ctx, fs: fs, opts: opts, links: make(map[linkKey]cowfs.InodeID), buf: make([]byte, opts.ChunkSize)}
+	im := &importer{ctx: ctx, fs: fs, opts: opts, links: make(map[linkKey]cowfs.InodeID)}
 	if err := im.dir(src, "", dst); err != nil {
 		return im.p, err
 	}
@@ -210,25 +207,13 @@ func (im *importer) file(abs, rel, name string, fi os.FileInfo, na cowfs.NewAttr
 		return a, wrap(rel, err)
 	}
 	defer f.Close()
-	var off int64
-	for {
-		if err := im.ctx.Err(); err != nil {
-			return a, err
+	_, n, err := im.fs.WriteChunked(a.Ino, ctxReader{im.ctx, f})
+	im.p.Bytes += n
+	if err != nil {
+		if cerr := im.ctx.Err(); cerr != nil {
+			return a, cerr
 		}
-		n, rerr := io.ReadFull(f, im.buf)
-		if n > 0 {
-			if _, err := im.fs.WriteAt(a.Ino, im.buf[:n], off); err != nil {
-				return a, wrap(rel, err)
-			}
-			off += int64(n)
-			im.p.Bytes += int64(n)
-		}
-		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-			break
-		}
-		if rerr != nil {
-			return a, wrap(rel, rerr)
-		}
+		return a, wrap(rel, err)
 	}
 	// Writing moved mtime; put the source's times back.
 	at, mt := na.Atime, na.Mtime
@@ -252,4 +237,17 @@ func (im *importer) finishDir(ino cowfs.InodeID, fi os.FileInfo, rel string) err
 		return wrap(rel, err)
 	}
 	return nil
+}
+
+// ctxReader stops reading a source file once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

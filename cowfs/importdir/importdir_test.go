@@ -254,8 +254,7 @@ func TestImportReproducesTree(t *testing.T) {
 	var calls int
 	var last Progress
 	p, err := Import(context.Background(), f, cowfs.RootIno, src, Options{
-		ChunkSize: 1 << 20,
-		Progress:  func(p Progress) { calls++; last = p },
+		Progress: func(p Progress) { calls++; last = p },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -313,5 +312,66 @@ func TestImportErrors(t *testing.T) {
 	cancel()
 	if _, err := Import(cctx, newFS(t), cowfs.RootIno, src, Options{}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// TestImportStoresChunks: an imported file of several blocks is stored as
+// content-defined chunks, so rechunking finds nothing to do, and the same
+// file with 10 bytes prepended, written in fixed blocks and rechunked,
+// shares all its chunks but the first ones with it.
+func TestImportStoresChunks(t *testing.T) {
+	ctx := context.Background()
+	s, err := cowfs.Open(ctx, kvtest.NewStore(t), cowfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.NewTree(ctx, 0o755, 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := s.View([]cowfs.LayerID{l})
+	defer f.Close()
+	src := t.TempDir()
+	data := make([]byte, 2<<20+300)
+	rand.New(rand.NewSource(5)).Read(data)
+	if err := os.WriteFile(filepath.Join(src, "f"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Import(ctx, f, cowfs.RootIno, src, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Rechunk(ctx, l, 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs != (cowfs.RechunkStats{}) {
+		t.Fatalf("rechunking after the import did %+v, want nothing", rs)
+	}
+	g, err := f.Create(cowfs.RootIno, "g", cowfs.CreateGuarded, cowfs.NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shifted := append([]byte("0123456789"), data...)
+	if _, err := f.WriteAt(g.Ino, shifted, 0); err != nil {
+		t.Fatal(err)
+	}
+	if rs, err = s.Rechunk(ctx, l, 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	// The copy's whole blocks (its short last block is stored inline);
+	// the chunks that differ: the first, and the last, which ends where the
+	// run does.
+	blocks := len(shifted) / (32 << 10)
+	if rs.Blocks != blocks || rs.Chunks == 0 || rs.Chunks > 2 {
+		t.Fatalf("rechunking the shifted copy did %+v, want its %d whole blocks in chunks all but at most 2 of which the import stored", rs, blocks)
+	}
+	fa, err := f.Lookup(cowfs.RootIno, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data)+1)
+	n, _, err := f.ReadAt(fa.Ino, got, 0)
+	if err != nil || !bytes.Equal(got[:n], data) {
+		t.Fatalf("imported file reads %d other bytes (%v)", n, err)
 	}
 }
