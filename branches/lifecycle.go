@@ -45,7 +45,7 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	}
 	prec := z.record(p.rec)
 	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
-		Base: z.frozen[0], ParentTop: prec.Top, ForkTime: time.Now().UTC()}
+		Base: z.frozen[0], ParentTop: prec.Top, ForkTime: time.Now().UTC(), ForkGen: p.rec.Gen}
 	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
 		if err := z.put(tx, prec); err != nil {
 			return err
@@ -106,15 +106,49 @@ func (z freeze) record(r record) record {
 }
 
 // put stores the new top over the frozen one, and r (from record), in tx;
-// nothing when v keeps its top.
+// nothing when v keeps its top. It fails with a *changedError if the
+// stored record is no longer the one r was made from.
 func (z freeze) put(tx *cowfs.Txn, r record) error {
 	if z.newTop == 0 {
 		return nil
+	}
+	old := r
+	old.Top = z.stack[0]
+	if err := checkRecord(tx.KV(), old); err != nil {
+		return err
 	}
 	if err := tx.PutLayer(z.newTop, z.stack[0]); err != nil {
 		return err
 	}
 	return putRecord(tx.KV(), r)
+}
+
+// changedError: the stored record of a branch is not the one this
+// Manager holds: another Manager over the same store changed it.
+type changedError struct{ stored record }
+
+func (e *changedError) Error() string {
+	return fmt.Sprintf("branches: the record of branch %q changed in the store since this server read it (another server forked, checkpointed or committed into it); retry", e.stored.Name)
+}
+
+func (e *changedError) Is(target error) bool { return target == kv.ErrConflict }
+
+// checkRecord reads the stored record of want.ID in tx, so that a
+// concurrent change of it makes tx conflict, and fails with a
+// *changedError unless its state, top and commit generation are want's.
+func checkRecord(tx kv.Txn, want record) error {
+	v, err := tx.Get(branchKey(want.ID))
+	if err != nil {
+		return err
+	}
+	var got record
+	if err := json.Unmarshal(v, &got); err != nil {
+		return fmt.Errorf("branches: corrupt record of %q: %w", want.Name, err)
+	}
+	if got.State != want.State || got.Top != want.Top || got.Gen != want.Gen {
+		return &changedError{stored: got}
+	}
+	return nil
 }
 
 // installTop makes what put stored b's state in memory: the view's new
@@ -168,7 +202,7 @@ func (m *Manager) ForkCheckpoint(ctx context.Context, parent, label, name string
 		return Info{}, err
 	}
 	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
-		Base: cp.Layer, ForkTime: time.Now().UTC(), ForkedFrom: label}
+		Base: cp.Layer, ForkTime: time.Now().UTC(), ForkedFrom: label, ForkGen: p.rec.Gen}
 	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
 		if err := tx.PutLayer(ctop, cp.Layer); err != nil {
 			return err
@@ -286,8 +320,15 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		}
 		res.Changes = applied
 	}
+	// The commit raises the parent's generation, which invalidates every
+	// other child (and its descendants: see stale) in one write. The
+	// transaction reads the parent's and the child's records: a commit
+	// into the same parent through another Manager over the store makes
+	// it conflict, and the first to commit wins.
+	pold := p.rec
+	prec.Gen, prec.LastCommit = pold.Gen+1, by
 	crec := c.rec
-	crec.State = StateCommitted
+	crec.State, crec.CommitGen, crec.CommitNote = StateCommitted, prec.Gen, by
 	m.mu.RLock()
 	var sibs []*branch
 	for _, s := range m.liveChildrenLocked(p) {
@@ -307,6 +348,12 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	}
 	var purge []cowfs.InodeID
 	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+		if err := checkRecord(tx.KV(), pold); err != nil {
+			return err
+		}
+		if err := checkRecord(tx.KV(), c.rec); err != nil {
+			return err
+		}
 		if res.FastPath {
 			// Silly-renamed files never reach the parent; the merge
 			// path drops them itself.
@@ -318,18 +365,10 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		if err := putRecord(tx.KV(), prec); err != nil {
 			return err
 		}
-		if err := putRecord(tx.KV(), crec); err != nil {
-			return err
-		}
-		for _, r := range srecs {
-			if err := putRecord(tx.KV(), r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return putRecord(tx.KV(), crec)
 	})
 	if err != nil {
-		return res, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
+		return res, m.commitFailed(c, err)
 	}
 	// The commit is in the store: mirror it in memory before the fsync, so
 	// a failing fsync cannot leave memory and store disagreeing.
@@ -358,6 +397,25 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 		return res, fmt.Errorf("branches: commit %s applied but not yet durable: %w", name, mapErr(err))
 	}
 	return res, nil
+}
+
+// commitFailed turns the error of a commit's transaction into what
+// Commit returns. When the stored parent shows a commit this Manager did
+// not make (another Manager over the store committed a sibling first),
+// the child is invalidated, in memory too, and the error is an
+// *InvalidatedError naming that commit. The caller holds opMu and the
+// child's view Lock.
+func (m *Manager) commitFailed(c *branch, err error) error {
+	var ce *changedError
+	if !errors.As(err, &ce) || ce.stored.ID != c.rec.Parent || ce.stored.Gen <= c.rec.ForkGen {
+		return fmt.Errorf("branches: commit %s: %w", c.rec.Name, mapErr(err))
+	}
+	ie := &InvalidatedError{Branch: c.rec.Name, By: ce.stored.LastCommit}
+	c.fs.InvalidateLocked(ie)
+	m.mu.Lock()
+	c.rec.State, c.rec.InvalidatedBy = StateInvalidated, ie.By
+	m.mu.Unlock()
+	return ie
 }
 
 // mergeUnlocked merges the child's changes (cstack over bstack) into the
@@ -395,7 +453,7 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 		return tx.PutLayer(dst, frozen[0])
 	})
 	if err != nil {
-		return record{}, nil, 0, fmt.Errorf("branches: commit %s: %w", name, mapErr(err))
+		return record{}, nil, 0, m.commitFailed(c, err)
 	}
 	m.installTop(p, z, prec)
 
@@ -586,6 +644,9 @@ func (m *Manager) Restore(ctx context.Context, name, label string) error {
 	rec := b.rec
 	rec.Top = top
 	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+		if err := checkRecord(tx.KV(), b.rec); err != nil {
+			return err
+		}
 		if err := tx.PutLayer(top, cp.Layer); err != nil {
 			return err
 		}

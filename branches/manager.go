@@ -112,6 +112,62 @@ type record struct {
 	ParentTop  cowfs.LayerID `json:"parent_top,omitempty"`
 	ForkTime   time.Time     `json:"fork_time"`
 	ForkedFrom string        `json:"forked_from,omitempty"`
+	// Gen counts the commits into this branch. A commit invalidates its
+	// live siblings by raising its parent's Gen past their ForkGen (one
+	// write whatever their number): a branch is invalidated when its
+	// parent's Gen is greater than its ForkGen, or its parent is
+	// invalidated (see stale).
+	Gen uint64 `json:"gen,omitempty"`
+	// ForkGen is the parent's Gen when this branch forked.
+	ForkGen uint64 `json:"fork_gen,omitempty"`
+	// LastCommit describes the commit that made Gen (the InvalidatedBy
+	// of the children it invalidated).
+	LastCommit string `json:"last_commit,omitempty"`
+	// CommitGen is the parent's Gen this branch's commit made (committed
+	// branches only), and CommitNote describes that commit.
+	CommitGen  uint64 `json:"commit_gen,omitempty"`
+	CommitNote string `json:"commit_note,omitempty"`
+}
+
+// stale marks in recs (by id) every live record whose branch a commit
+// invalidated without rewriting it: its parent's Gen passed its ForkGen,
+// or its parent is (so) invalidated. InvalidatedBy names the commit that
+// did it. Records of old stores, whose commits rewrote every sibling,
+// carry no generations and stay as they are.
+func stale(recs map[BranchID]*record) {
+	note := func(p *record, gen uint64) string {
+		if gen == p.Gen && p.LastCommit != "" {
+			return p.LastCommit
+		}
+		for _, r := range recs {
+			if r.Parent == p.ID && r.State == StateCommitted && r.CommitGen == gen && r.CommitNote != "" {
+				return r.CommitNote
+			}
+		}
+		return fmt.Sprintf("commit %d into %s", gen, p.Name)
+	}
+	done := map[BranchID]bool{}
+	var visit func(r *record)
+	visit = func(r *record) {
+		if done[r.ID] {
+			return
+		}
+		done[r.ID] = true
+		p, ok := recs[r.Parent]
+		if r.State != StateLive || !ok {
+			return
+		}
+		visit(p)
+		switch {
+		case p.Gen > r.ForkGen:
+			r.State, r.InvalidatedBy = StateInvalidated, note(p, r.ForkGen+1)
+		case p.State == StateInvalidated:
+			r.State, r.InvalidatedBy = StateInvalidated, p.InvalidatedBy
+		}
+	}
+	for _, r := range recs {
+		visit(r)
+	}
 }
 
 type checkpointRec struct {
@@ -253,6 +309,11 @@ func (m *Manager) load(ctx context.Context) error {
 	if len(recs) == 0 {
 		return m.createMain(ctx)
 	}
+	byID := make(map[BranchID]*record, len(recs))
+	for i := range recs {
+		byID[recs[i].ID] = &recs[i]
+	}
+	stale(byID)
 	for _, r := range recs {
 		if r.State != StateLive && r.State != StateInvalidated {
 			continue // committed and aborted branches stay in the store only

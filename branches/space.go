@@ -140,9 +140,11 @@ func (m *Manager) scanSpace(ctx context.Context, full bool) (*spaceScan, error) 
 	snap := m.cow.Snapshot()
 	m.mu.RLock()
 	owners := make(map[uint64][]cowfs.LayerID, len(m.byName))
+	held := make(map[BranchID]State, len(m.byName)) // a stale sibling's record still says live
 	for _, b := range m.byName {
 		owners[uint64(b.rec.ID)] = []cowfs.LayerID{b.rec.Top}
 		sc.names[b.rec.ID] = b.rec.Name
+		held[b.rec.ID] = b.rec.State
 	}
 	m.mu.RUnlock()
 	m.opMu.Unlock()
@@ -177,6 +179,9 @@ func (m *Manager) scanSpace(ctx context.Context, full bool) (*spaceScan, error) 
 		var r record
 		if err := jsonUnmarshal(v, &r); err != nil {
 			return false, fmt.Errorf("branches: corrupt record %x: %w", k, err)
+		}
+		if st, ok := held[r.ID]; ok {
+			r.State = st
 		}
 		sc.states[r.State]++
 		return true, nil

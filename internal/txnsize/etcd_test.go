@@ -1,8 +1,10 @@
 package txnsize_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -18,7 +20,8 @@ import (
 // size.
 func TestBranchesOnEtcd(t *testing.T) {
 	c := etcdtest.StartCluster(t, etcdtest.Options{})
-	rec := txnsize.New(c.NewStore(t, etcdkv.Options{}))
+	const prefix = "/txnsize/branches/"
+	rec := txnsize.New(c.NewStore(t, etcdkv.Options{Prefix: prefix}))
 	e := &env{t: t, rec: rec, m: branchestest.NewManager(t, branches.Options{Store: rec, ReclaimDelay: -1})}
 
 	// A 1 MiB NFS WRITE, read back.
@@ -89,6 +92,51 @@ func TestBranchesOnEtcd(t *testing.T) {
 	}
 	if got := len(e.read("main", "e/f00009")); got != 4096 {
 		t.Errorf("after the merge main's e/f00009 has %d bytes", got)
+	}
+
+	// A commit with 200 live siblings invalidates them in one write.
+	for i := range 200 {
+		e.fork("main", fmt.Sprintf("s%03d", i))
+	}
+	e.fork("main", "winner")
+	e.files("winner", "w", 1, 100)
+	if res := e.commit("winner"); len(res.Invalidated) != 200 {
+		t.Fatalf("commit with 200 live siblings invalidated %d", len(res.Invalidated))
+	}
+	if _, _, err := e.m.View("s123"); !errors.Is(err, branches.ErrInvalidated) {
+		t.Fatalf("a sibling after the commit: %v, want invalidated", err)
+	}
+
+	// First commit wins across servers: a second Manager on its own etcd
+	// client over the same keys commits a sibling at the same time.
+	e.fork("main", "a")
+	e.fork("main", "b")
+	e.files("a", "a", 5, 100)
+	e.files("b", "b", 5, 100)
+	m2 := branchestest.NewManager(t, branches.Options{Store: c.NewStore(t, etcdkv.Options{Prefix: prefix}), ReclaimDelay: -1})
+	var wg sync.WaitGroup
+	var errA, errB error
+	wg.Add(2)
+	go func() { defer wg.Done(); _, errA = e.m.Commit(ctx, "a") }()
+	go func() { defer wg.Done(); _, errB = m2.Commit(ctx, "b") }()
+	wg.Wait()
+	if (errA == nil) == (errB == nil) {
+		t.Fatalf("concurrent commits of a and b on two servers: %v and %v, want exactly one to win", errA, errB)
+	}
+	winner, loser, lerr := "a", "b", errB
+	if errA != nil {
+		winner, loser, lerr = "b", "a", errA
+	}
+	if !errors.Is(lerr, branches.ErrInvalidated) {
+		t.Errorf("the losing commit of %s: %v, want ErrInvalidated", loser, lerr)
+	}
+	m3 := branchestest.NewManager(t, branches.Options{Store: c.NewStore(t, etcdkv.Options{Prefix: prefix}), ReclaimDelay: -1})
+	e3 := &env{t: t, m: m3}
+	if got := len(e3.read("main", winner+"/f00004")); got != 100 {
+		t.Errorf("the winner's file in main has %d bytes", got)
+	}
+	if got := e3.read("main", loser+"/f00000"); got != "<missing>" {
+		t.Errorf("the loser's commit reached main: %d bytes", len(got))
 	}
 }
 

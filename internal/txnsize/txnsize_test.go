@@ -119,10 +119,6 @@ func newEnv(t *testing.T) *env {
 		Writes: etcdMaxOps, Reads: etcdMaxOps, Bytes: etcdMaxBytes - 512, OpBytes: etcdOpBytes}))
 }
 
-// newEnvUnlimited is newEnv with Badger's own limits, for operations
-// that do not fit etcd's yet (the report shows by how much).
-func newEnvUnlimited(t *testing.T) *env { return newEnvOn(t, kvtest.NewDiskStore(t)) }
-
 func newEnvOn(t *testing.T, st kv.Store) *env {
 	rec := txnsize.New(st)
 	m := branchestest.NewManager(t, branches.Options{Store: rec, ReclaimDelay: -1})
@@ -239,7 +235,7 @@ func TestReport(t *testing.T) {
 	}
 
 	for _, n := range []int{10, 200} {
-		e := newEnvUnlimited(t)
+		e := newEnv(t)
 		for i := 0; i < n; i++ {
 			e.fork("main", fmt.Sprintf("s%d", i))
 		}
