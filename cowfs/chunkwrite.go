@@ -170,10 +170,12 @@ func (f *View) putChunked(ino InodeID, from, to int64, blocks []chunkedBlock, ne
 		case n.Size != uint64(from):
 			return fmt.Errorf("cowfs: chunked write: the file's size changed from %d to %d under it", from, n.Size)
 		}
-		for _, c := range need {
-			if _, err := f.s.putContent(f.ctx, tx, c.h, c.data); err != nil {
-				return err
-			}
+		cs := make([][2][]byte, len(need))
+		for i, c := range need {
+			cs[i] = [2][]byte{contentKey(c.h), c.data}
+		}
+		if err := f.s.putContents(f.ctx, tx, cs); err != nil {
+			return err
 		}
 		for _, b := range blocks {
 			if err := refs.set(tx, dataKey(st.stack[0], ino, b.idx), b.ref); err != nil {

@@ -28,6 +28,7 @@ func TestOverBlobs(t *testing.T) {
 		{"KillSetID", TestKillSetID},
 		{"PruneShadowed", TestPruneShadowed},
 		{"RechunkReadsSame", TestRechunkReadsSame},
+		{"WriteChunkedDedupes", TestWriteChunkedDedupes},
 		{"ChunkReadFetchesOnce", TestChunkReadFetchesOnce},
 		{"SweepKeepsChunks", TestSweepKeepsChunks},
 		{"RechunkRaceSweep", TestRechunkRaceSweep},
