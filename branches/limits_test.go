@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
 	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
@@ -110,5 +112,63 @@ func TestFoldWithinStoreLimits(t *testing.T) {
 	}
 	if got := read(t, m, "main", "r9/f299"); got != "round 9 file 299" {
 		t.Errorf("after the fold main's r9/f299 = %q", got)
+	}
+}
+
+// TestFoldTruncatedFileWithinStoreLimits: folding a layer that truncated
+// a file of 300 blocks held by the layer below drops the 299 hidden
+// blocks and trims the one straddling the new end, in transactions the
+// store takes.
+func TestFoldTruncatedFileWithinStoreLimits(t *testing.T) {
+	ctx := context.Background()
+	st := kvtest.Limited(kvtest.NewStore(t), etcdLimits)
+	m := newManagerOpts(t, branches.Options{Store: st, FS: cowfs.Options{BlockSize: 4096}})
+	big := make([]byte, 300*4096)
+	for i := range big {
+		big[i] = byte(i * 7 / 3)
+	}
+	for r := range 10 {
+		switch r {
+		case 8:
+			// In writes of 64 KiB: one transaction each.
+			fs, _, err := m.View("main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := fs.Billy().Create("big")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for off := 0; off < len(big); off += 64 << 10 {
+				if _, err := f.Write(big[off:min(off+64<<10, len(big))]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.Close()
+		case 9:
+			fs, _, err := m.View("main")
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := fs.Billy().OpenFile("big", os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Truncate(1000); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		default:
+			write(t, m, "main", fmt.Sprintf("f%d", r), "x")
+		}
+		must(m.Fork(ctx, "main", fmt.Sprintf("c%d", r)))(t)
+		must(m.Abort(ctx, fmt.Sprintf("c%d", r)))(t)
+	}
+	must(m.Reclaim(ctx))(t)
+	if n, err := m.Fold(ctx); err != nil || n == 0 {
+		t.Fatalf("fold on a store of 128 writes and reads per transaction: %d layers, %v", n, err)
+	}
+	if got := read(t, m, "main", "big"); got != string(big[:1000]) {
+		t.Errorf("after the fold big has %d bytes, want its first 1,000", len(got))
 	}
 }
