@@ -56,6 +56,13 @@ type Store interface {
 	Close() error
 }
 
+// Sizer is a Store that lists its blobs with their sizes; every Store of
+// this package is one (the Cache when its backing store is).
+type Sizer interface {
+	// ListSizes is List with each blob's size in bytes.
+	ListSizes(ctx context.Context, fn func(Key, int64) error) error
+}
+
 var (
 	// ErrNotFound is returned by Get of an absent key.
 	ErrNotFound = errors.New("blobs: not found")
@@ -89,7 +96,10 @@ type Mem struct {
 	closed bool
 }
 
-var _ Store = (*Mem)(nil)
+var (
+	_ Store = (*Mem)(nil)
+	_ Sizer = (*Mem)(nil)
+)
 
 // NewMem returns an empty Mem.
 func NewMem() *Mem { return &Mem{blobs: map[Key][]byte{}} }
@@ -148,6 +158,28 @@ func (m *Mem) List(ctx context.Context, fn func(Key) error) error {
 	}
 	for _, k := range keys {
 		if err := fn(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Mem) ListSizes(ctx context.Context, fn func(Key, int64) error) error {
+	type kn struct {
+		k Key
+		n int64
+	}
+	var all []kn
+	if err := m.do(ctx, func() error {
+		for k, b := range m.blobs {
+			all = append(all, kn{k, int64(len(b))})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, e := range all {
+		if err := fn(e.k, e.n); err != nil {
 			return err
 		}
 	}

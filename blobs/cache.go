@@ -100,7 +100,10 @@ type cacheEntry struct {
 	size int64
 }
 
-var _ Store = (*Cache)(nil)
+var (
+	_ Store = (*Cache)(nil)
+	_ Sizer = (*Cache)(nil)
+)
 
 // OpenCache opens the cache in o.Dir in front of back. Closing the cache
 // closes back.
@@ -390,6 +393,19 @@ func (c *Cache) List(ctx context.Context, fn func(Key) error) error {
 		return ErrClosed
 	}
 	return c.back.List(ctx, fn)
+}
+
+// ListSizes is the backing store's ListSizes; it fails if the backing
+// store is not a Sizer.
+func (c *Cache) ListSizes(ctx context.Context, fn func(Key, int64) error) error {
+	if c.isClosed() {
+		return ErrClosed
+	}
+	sz, ok := c.back.(Sizer)
+	if !ok {
+		return fmt.Errorf("blobs: the cache's backing store %T does not list sizes", c.back)
+	}
+	return sz.ListSizes(ctx, fn)
 }
 
 // Close closes the cache and the backing store. The cached files stay for

@@ -120,7 +120,10 @@ type S3 struct {
 	retries atomic.Int64 // attempts retried, for tests and metrics
 }
 
-var _ Store = (*S3)(nil)
+var (
+	_ Store = (*S3)(nil)
+	_ Sizer = (*S3)(nil)
+)
 
 // OpenS3 connects to the bucket and checks that it exists and the
 // credentials may read it (retrying transient failures for RetryFor).
@@ -244,6 +247,10 @@ type callerErr struct{ err error }
 func (e callerErr) Error() string { return e.err.Error() }
 
 func (s *S3) List(ctx context.Context, fn func(Key) error) error {
+	return s.ListSizes(ctx, func(k Key, _ int64) error { return fn(k) })
+}
+
+func (s *S3) ListSizes(ctx context.Context, fn func(Key, int64) error) error {
 	after := "" // the last object passed to fn: a retry resumes after it
 	err := s.retry(ctx, "List", s.o.Prefix, func(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
@@ -253,7 +260,7 @@ func (s *S3) List(ctx context.Context, fn func(Key) error) error {
 				return obj.Err
 			}
 			if k, ok := s.keyOf(obj.Key); ok {
-				if err := fn(k); err != nil {
+				if err := fn(k, obj.Size); err != nil {
 					return callerErr{err}
 				}
 			}

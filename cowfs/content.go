@@ -83,6 +83,33 @@ func (s *Store) listContent(ctx context.Context, snap kv.Txn, fn func(h []byte) 
 	return s.blobs.List(ctx, func(k blobs.Key) error { return fn(k[:]) })
 }
 
+// contentSizes calls fn with every stored content's hash and size, until
+// fn returns false: from the kv store's index (tx) or the blob store's
+// listing.
+func (s *Store) contentSizes(ctx context.Context, tx kv.Txn, fn func(h []byte, size int64) (bool, error)) error {
+	if s.blobs == nil {
+		return kv.IterateSizes(tx, []byte{pfxContent}, func(k []byte, size int64) (bool, error) {
+			return fn(k[1:], size)
+		})
+	}
+	sz, ok := s.blobs.(blobs.Sizer)
+	if !ok {
+		return fmt.Errorf("cowfs: the blob store %T does not list sizes", s.blobs)
+	}
+	stop := errors.New("stop")
+	err := sz.ListSizes(ctx, func(k blobs.Key, n int64) error {
+		more, err := fn(k[:], n)
+		if err == nil && !more {
+			err = stop
+		}
+		return err
+	})
+	if err == stop {
+		return nil
+	}
+	return err
+}
+
 // ContentInBlobs reports whether content lives in a blob store
 // (Options.Blobs) rather than in the kv store.
 func (s *Store) ContentInBlobs() bool { return s.blobs != nil }

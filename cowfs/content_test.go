@@ -35,6 +35,7 @@ func TestOverBlobs(t *testing.T) {
 		{"ReclaimRaceTruncate", TestReclaimRaceTruncate},
 		{"ReclaimRaceFoldTrim", TestReclaimRaceFoldTrim},
 		{"BlobContent", testBlobContent},
+		{"SpaceCountsContent", TestSpaceCountsContent},
 	} {
 		t.Run(tc.name, tc.fn)
 	}
@@ -122,5 +123,34 @@ func TestBlobPutFails(t *testing.T) {
 	want := append(old[:bs:bs], p...)
 	if got := readAll(t, f, a.Ino, len(want)); !bytes.Equal(got, want) {
 		t.Fatal("the write retried once the blob store is back reads differently")
+	}
+}
+
+// TestSpaceCountsContent: Space sums the stored content by owner and the
+// unreferenced rest, wherever the content is (TestOverBlobs runs it over
+// a blob store).
+func TestSpaceCountsContent(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	f, _, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
+	r := rand.New(rand.NewPCG(9, 10))
+	leaveGarbage(t, f, "garbage", randBytes(r, bs), randBytes(r, 1000))
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(a.Ino, randBytes(r, 3*bs), 0); err != nil {
+		t.Fatal(err)
+	}
+	snap := sto.Snapshot()
+	defer snap.Discard()
+	use, err := snap.Space(ctx, map[uint64][]LayerID{1: {f.Top()}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's 3 blocks and garbage's first block are owner 1's; the truncated
+	// 1000 bytes are unreferenced.
+	if use.Unique[1] != 4*bs || use.Unreferenced != 1000 || use.ContentBytes != 4*bs+1000 {
+		t.Fatalf("Space = %+v, want 4 blocks unique to owner 1 and 1000 bytes unreferenced", use)
 	}
 }

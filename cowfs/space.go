@@ -19,7 +19,7 @@ type Snapshot struct {
 // Snapshot opens a long-lived read-only transaction.
 func (s *Store) Snapshot() *Snapshot {
 	snap := s.kv.NewSnapshot()
-	return &Snapshot{Txn: Txn{snap}, snap: snap}
+	return &Snapshot{Txn: Txn{snap, s}, snap: snap}
 }
 
 // Discard releases the snapshot.
@@ -103,8 +103,7 @@ func (t *Txn) Space(ctx context.Context, owners map[uint64][]LayerID, dead bool)
 			return use, err
 		}
 	}
-	err := kv.IterateSizes(t.tx, []byte{pfxContent}, func(k []byte, size int64) (bool, error) {
-		h := k[1:]
+	err := t.s.contentSizes(ctx, t.tx, func(h []byte, size int64) (bool, error) {
 		use.ContentBytes += size
 		o, ok := hashOwner[[32]byte(h)]
 		switch {

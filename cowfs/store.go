@@ -126,19 +126,22 @@ func (s *Store) NewTree(ctx context.Context, rootMode, uid, gid uint32, with fun
 // cowfs's keys, and KV gives the caller the same transaction for its own.
 // Like a kv.Txn, it must not be used after the callback that received it
 // returns, and a read-write one may run more than once.
-type Txn struct{ tx kv.Txn }
+type Txn struct {
+	tx kv.Txn
+	s  *Store // the store it is a transaction of
+}
 
 // KV returns the transaction, for the caller's own keys.
 func (t *Txn) KV() kv.Txn { return t.tx }
 
 // Update runs fn in a read-write transaction (see kv.Store.Update).
 func (s *Store) Update(ctx context.Context, fn func(tx *Txn) error) error {
-	return s.kv.Update(ctx, func(tx kv.Txn) error { return fn(&Txn{tx}) })
+	return s.kv.Update(ctx, func(tx kv.Txn) error { return fn(&Txn{tx, s}) })
 }
 
 // Read runs fn in a read-only snapshot transaction (see kv.Store.View).
 func (s *Store) Read(ctx context.Context, fn func(tx *Txn) error) error {
-	return s.kv.View(ctx, func(tx kv.Txn) error { return fn(&Txn{tx}) })
+	return s.kv.View(ctx, func(tx kv.Txn) error { return fn(&Txn{tx, s}) })
 }
 
 // PutLayer records layer l over below (0 for a bottom layer). A new layer

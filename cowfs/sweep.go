@@ -155,7 +155,7 @@ func (s *Store) BeginSweep(roots func(tx *Txn) ([]LayerID, error)) (*Sweep, erro
 	s.tracker.begin(func() {
 		w.snap = s.kv.NewSnapshot()
 		var rs []LayerID
-		if rs, err = roots(&Txn{w.snap}); err == nil {
+		if rs, err = roots(&Txn{w.snap, s}); err == nil {
 			w.live, err = reachable(w.snap, rs)
 		}
 	})

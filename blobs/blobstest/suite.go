@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -28,6 +29,7 @@ func RunSuite(t *testing.T, open Opener) {
 		{"Absent", testAbsent},
 		{"WrongKey", testWrongKey},
 		{"DeleteList", testDeleteList},
+		{"ListSizes", testListSizes},
 		{"CallerOwnsBuffers", testCallerOwnsBuffers},
 		{"Canceled", testCanceled},
 		{"Closed", testClosed},
@@ -139,6 +141,27 @@ func testDeleteList(t *testing.T, s blobs.Store) {
 	err := s.List(bg, func(blobs.Key) error { n++; return stop })
 	if !errors.Is(err, stop) || n != 1 {
 		t.Fatalf("List whose callback fails: %v after %d calls, want the callback's error after 1", err, n)
+	}
+}
+
+// testListSizes: a Sizer lists every blob with its size (a Store that is
+// not one passes).
+func testListSizes(t *testing.T, s blobs.Store) {
+	sz, ok := s.(blobs.Sizer)
+	if !ok {
+		return
+	}
+	want := map[blobs.Key]int64{}
+	for i := range 5 {
+		k, d := put(t, s, i, 1000*i+1)
+		want[k] = int64(len(d))
+	}
+	got := map[blobs.Key]int64{}
+	if err := sz.ListSizes(bg, func(k blobs.Key, n int64) error { got[k] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("ListSizes = %v, want %v", got, want)
 	}
 }
 

@@ -91,7 +91,11 @@ func TestServeOnEtcdAndS3(t *testing.T) {
 			}
 		}
 	}()
-	<-enough
+	select {
+	case <-enough:
+	case <-done:
+		t.Fatalf("the writes failed with the server up, after %d files", len(acked))
+	}
 	srv.kill(t)
 	<-done
 	mu.Lock()
