@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -22,8 +24,8 @@ import (
 // versitygw: init records the backend, fork, writes through NFS and
 // commit work; a SIGKILL in the middle of writes loses no acknowledged
 // byte; with S3 stopped a write fails with NFS3ERR_IO and stores nothing,
-// and works again once S3 is back. The blocks are in the bucket, not in
-// etcd.
+// and works again once S3 is back; gc deletes an aborted branch's blobs
+// and keeps main's. The blocks are in the bucket, not in etcd.
 func TestServeOnEtcdAndS3(t *testing.T) {
 	cluster := etcdtest.StartCluster(t, etcdtest.Options{})
 	s3 := testbin.StartS3(t)
@@ -141,6 +143,27 @@ func TestServeOnEtcdAndS3(t *testing.T) {
 		}
 	}
 	mustCLI(t, store, "commit", "--force", "b2")
+
+	// gc deletes the blobs of an aborted branch from the bucket and
+	// keeps every block main uses.
+	mustCLI(t, store, "fork", "main", "b3")
+	b3, _ := c.mount(t, "/b3")
+	writeFile(t, b3, "discarded.bin", data(300<<10))
+	before := countObjects(t, s3.BucketDir())
+	mustCLI(t, store, "abort", "--force", "b3")
+	mustCLI(t, store, "gc")
+	if after := countObjects(t, s3.BucketDir()); after >= before {
+		t.Fatalf("gc left %d objects in the bucket, %d before the abort of b3", after, before)
+	}
+	main, _ = c.mount(t, "/main")
+	for name, want := range acked {
+		if got := mustRead(t, main, name); !bytes.Equal(got, want) {
+			t.Fatalf("main's %s after gc reads differently", name)
+		}
+	}
+	if got := mustRead(t, main, "first.bin"); !bytes.Equal(got, first) {
+		t.Fatal("main's first.bin after gc reads differently")
+	}
 	srv.stop(t)
 
 	// The metadata is in etcd and holds no block content; the blocks
@@ -168,4 +191,20 @@ func TestServeOnEtcdAndS3(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "main") {
 		t.Fatalf("list with no server (store opened from backend.json): exit %d: %s", code, out)
 	}
+}
+
+// countObjects counts the files under a versitygw bucket directory.
+func countObjects(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
