@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -500,8 +501,9 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 	return prec, append([]cowfs.LayerID{dst2}, merged...), applied, nil
 }
 
-// Abort discards branch name and its descendants at once; their storage is
-// reclaimed in the background.
+// Abort discards branch name and its descendants, descendants first, in
+// transactions the store takes; their storage is reclaimed in the
+// background.
 func (m *Manager) Abort(ctx context.Context, name string) (AbortResult, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
@@ -526,32 +528,56 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 	if b.rec.Parent == 0 {
 		return AbortResult{}, fmt.Errorf("%w: %q is the root branch and cannot be aborted", ErrReadOnly, name)
 	}
-	recs := make([]record, len(victims))
-	for i, v := range victims {
-		recs[i] = v.rec
-		recs[i].State = StateAborted
-	}
-	err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
-		for _, r := range recs {
-			if err := putRecord(tx, r); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return AbortResult{}, fmt.Errorf("branches: abort %s: %w", name, mapErr(err))
-	}
+	// Descendants go before their ancestors (victims lists each branch
+	// before its descendants), in as many transactions as the store's
+	// Limits need: a crash or an error between two leaves a branch live
+	// with some of its descendants aborted, a state an abort can reach
+	// again.
+	slices.Reverse(victims)
 	var res AbortResult
-	m.mu.Lock()
-	for i, v := range victims {
-		v.fs.Invalidate(fmt.Errorf("%w: branch %q was aborted", ErrStale, v.rec.Name))
-		v.rec = recs[i]
-		delete(m.byName, v.rec.Name)
-		m.releaseLocked(v)
-		res.Aborted = append(res.Aborted, v.rec.Name)
+	lim := m.cow.KV().Limits()
+	for len(victims) > 0 {
+		n, bytes := 0, 0
+		for n < len(victims) && 2*(n+1) <= lim.Writes {
+			v, _ := json.Marshal(victims[n].rec)
+			bytes += len(v) + 9 + len(nameKey(victims[n].rec.Name)) + 2*lim.OpBytes
+			if n > 0 && bytes > lim.Bytes {
+				break
+			}
+			n++
+		}
+		batch := victims[:max(n, 1)]
+		victims = victims[len(batch):]
+		recs := make([]record, len(batch))
+		for i, v := range batch {
+			recs[i] = v.rec
+			recs[i].State = StateAborted
+		}
+		err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
+			for _, r := range recs {
+				if err := putRecord(tx, r); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			if len(res.Aborted) > 0 {
+				m.kickReclaim()
+			}
+			return res, fmt.Errorf("branches: abort %s: %w", name, mapErr(err))
+		}
+		m.mu.Lock()
+		for i, v := range batch {
+			v.fs.Invalidate(fmt.Errorf("%w: branch %q was aborted", ErrStale, v.rec.Name))
+			v.rec = recs[i]
+			delete(m.byName, v.rec.Name)
+			m.releaseLocked(v)
+			res.Aborted = append(res.Aborted, v.rec.Name)
+		}
+		m.mu.Unlock()
 	}
-	m.mu.Unlock()
+	slices.Reverse(res.Aborted)
 	m.kickReclaim()
 	return res, nil
 }

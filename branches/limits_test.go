@@ -2,6 +2,7 @@ package branches_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -171,4 +172,50 @@ func TestFoldTruncatedFileWithinStoreLimits(t *testing.T) {
 	if got := read(t, m, "main", "big"); got != string(big[:1000]) {
 		t.Errorf("after the fold big has %d bytes, want its first 1,000", len(got))
 	}
+}
+
+// TestAbortWithinStoreLimits: aborting a branch with 150 children and a
+// grandchild, two writes each, flips their records in batches the store
+// takes, descendants before ancestors; every one is gone afterwards, also
+// for a Manager opened again.
+func TestAbortWithinStoreLimits(t *testing.T) {
+	ctx := context.Background()
+	st := kvtest.Limited(kvtest.NewStore(t), etcdLimits)
+	m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(m.Fork(ctx, "main", "top"))(t)
+	for i := range 150 {
+		must(m.Fork(ctx, "top", fmt.Sprintf("k%03d", i)))(t)
+	}
+	must(m.Fork(ctx, "k042", "grandchild"))(t)
+	res, err := m.Abort(ctx, "top")
+	if err != nil {
+		t.Fatalf("abort of a branch with 151 descendants on a store of 128 writes per transaction: %v", err)
+	}
+	if len(res.Aborted) != 152 || res.Aborted[0] != "top" {
+		t.Fatalf("aborted %d branches starting with %q, want 152 starting with top", len(res.Aborted), res.Aborted[0])
+	}
+	check := func(m *branches.Manager, when string) {
+		t.Helper()
+		for _, name := range []string{"top", "k000", "k149", "grandchild"} {
+			if _, _, err := m.View(name); !errors.Is(err, branches.ErrNotFound) {
+				t.Errorf("%s: view of %s: %v, want not found", when, name, err)
+			}
+		}
+		if live := m.Live(); len(live) != 1 {
+			t.Errorf("%s: %d live branches, want main alone", when, len(live))
+		}
+	}
+	check(m, "after the abort")
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m2, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	check(m2, "after reopening")
 }

@@ -249,6 +249,17 @@ func TestReport(t *testing.T) {
 	}
 
 	e = newEnv(t)
+	e.fork("main", "p")
+	for i := 0; i < 200; i++ {
+		e.fork("p", fmt.Sprintf("k%d", i))
+	}
+	add(e.measure("abort of a branch with 200 children", func() {
+		if res, err := e.m.Abort(ctx, "p"); err != nil || len(res.Aborted) != 201 {
+			t.Fatalf("abort of p: %+v, %v", res, err)
+		}
+	}))
+
+	e = newEnv(t)
 	e.fork("main", "x")
 	e.files("x", "d", 1000, 4096)
 	add(e.measure("abort of a branch of 1000 files", func() {
