@@ -101,6 +101,22 @@ func (f *backendFlags) config() (*backendConfig, error) {
 	return c, nil
 }
 
+// describe says where the metadata and the blocks are, "" for the
+// default (both in STORE/db).
+func (c *backendConfig) describe() string {
+	if c == nil || (c.Meta == "" && c.Blocks == "") {
+		return ""
+	}
+	meta, blocks := c.Meta, c.Blocks
+	if meta == "" {
+		meta = "the local Badger database"
+	}
+	if blocks == "" {
+		blocks = "the metadata store"
+	}
+	return "metadata in " + meta + ", blocks in " + blocks
+}
+
 // readBackend reads STORE/backend.json; nil, nil when there is none.
 func readBackend(dir string) (*backendConfig, error) {
 	b, err := os.ReadFile(filepath.Join(dir, backendFileName))

@@ -264,6 +264,9 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		return nil
 	})
 	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start))
+	if d := s.backend.describe(); d != "" {
+		fmt.Fprintln(o.stdout, d)
+	}
 	for _, m := range existingMounts(addr.Port) {
 		// Handles survive restarts, so such a mount carries on; say so, as
 		// a mount point left over from a crash is otherwise a mystery.

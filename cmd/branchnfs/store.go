@@ -119,11 +119,12 @@ func (l *storeLock) unlock() {
 
 // openedStore is a store this process opened itself.
 type openedStore struct {
-	dir    string
-	kv     kv.Store
-	blocks blobs.Store // nil: content in kv
-	mgr    *branches.Manager
-	lock   *storeLock
+	dir     string
+	kv      kv.Store
+	blocks  blobs.Store // nil: content in kv
+	backend *backendConfig
+	mgr     *branches.Manager
+	lock    *storeLock
 }
 
 type openOptions struct {
@@ -201,7 +202,7 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		lk.unlock()
 		return nil, fmt.Errorf("open branches of %s: %w", dir, err)
 	}
-	return &openedStore{dir: dir, kv: st, blocks: blocks, mgr: mgr, lock: lk}, nil
+	return &openedStore{dir: dir, kv: st, blocks: blocks, backend: be, mgr: mgr, lock: lk}, nil
 }
 
 // closeBlocks closes b unless it is nil.

@@ -56,6 +56,10 @@ func TestServeOnEtcdAndS3(t *testing.T) {
 	first := data(200 << 10)
 	writeFile(t, tg, "first.bin", first)
 	mustCLI(t, store, "commit", "--force", "b1")
+	// By now the banner is out (printed after the control API starts).
+	if want := "metadata in " + meta + ", blocks in " + blocksURL; !strings.Contains(srv.out.String(), want) {
+		t.Fatalf("the server's banner does not say %q:\n%s", want, srv.out.String())
+	}
 	mustCLI(t, store, "fork", "main", "b2")
 
 	// Writes on their own connection; the server is killed after a few
