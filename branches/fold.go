@@ -105,8 +105,13 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, mapErr(err)
 	}
+	// opMu keeps new layers from being put over x.
+	over, err := m.cow.LayersOver(ctx, x)
+	if err != nil {
+		return false, mapErr(err)
+	}
 	err = m.cow.Update(ctx, func(t *cowfs.Txn) error {
-		if err := t.Repoint(x, y); err != nil {
+		if err := t.Repoint(x, y, over); err != nil {
 			return err
 		}
 		tx := t.KV()
@@ -217,9 +222,30 @@ func (m *Manager) foldCandidate(ctx context.Context) (x, y cowfs.LayerID, ok boo
 	if err != nil || len(stacks) == 0 {
 		return 0, 0, false, err
 	}
+	// Re-pointing x is one transaction: a record, two writes, for every
+	// branch whose base, top or parent top is x, and a read and a write
+	// for every layer over x and checkpoint of it (refs[x]). An x too
+	// referenced for the store's Limits (on etcd, a base shared by about
+	// 60 live branches) is not folded while that lasts.
+	lim := m.cow.KV().Limits()
+	m.mu.RLock()
+	recsAt := map[cowfs.LayerID]int{}
+	for _, b := range m.byID {
+		r := b.rec
+		if r.State != StateLive && r.State != StateInvalidated {
+			continue
+		}
+		for _, l := range []cowfs.LayerID{r.Base, r.ParentTop, r.Top} {
+			recsAt[l]++
+		}
+	}
+	m.mu.RUnlock()
+	fits := func(x cowfs.LayerID) bool {
+		return 2*recsAt[x]+refs[x] <= lim.Writes && refs[x]+1 <= lim.Reads
+	}
 	for _, st := range stacks {
 		for i := 1; i+1 < len(st); i++ {
-			if refs[st[i+1]] == 1 && !pinned[st[i+1]] {
+			if refs[st[i+1]] == 1 && !pinned[st[i+1]] && fits(st[i]) {
 				return st[i], st[i+1], true, nil
 			}
 		}

@@ -219,3 +219,49 @@ func TestAbortWithinStoreLimits(t *testing.T) {
 	defer m2.Close()
 	check(m2, "after reopening")
 }
+
+// TestFoldAmongManyLayersWithinStoreLimits: with 150 live branches
+// forked from one layer of a deep stack, a fold re-points a layer while
+// the store holds over 150 layer records (its transaction reads only the
+// layers over the folded one), and leaves alone the layer those branches
+// share as their base: re-pointing it would rewrite 150 records, more
+// than one transaction of 128 writes holds.
+func TestFoldAmongManyLayersWithinStoreLimits(t *testing.T) {
+	ctx := context.Background()
+	st := kvtest.Limited(kvtest.NewStore(t), etcdLimits)
+	m := newManagerOpts(t, branches.Options{Store: st})
+	for r := range 10 {
+		write(t, m, "main", fmt.Sprintf("r%d", r), fmt.Sprintf("round %d", r))
+		must(m.Fork(ctx, "main", fmt.Sprintf("c%d", r)))(t)
+		must(m.Abort(ctx, fmt.Sprintf("c%d", r)))(t)
+	}
+	must(m.Reclaim(ctx))(t)
+	write(t, m, "main", "shared", "the kids' base")
+	for i := range 150 {
+		must(m.Fork(ctx, "main", fmt.Sprintf("k%03d", i)))(t)
+	}
+	n, err := m.Fold(ctx)
+	if err != nil {
+		t.Fatalf("fold on a store of 128 writes and reads per transaction: %v", err)
+	}
+	if n == 0 {
+		t.Fatal("nothing folded")
+	}
+	for _, b := range []string{"main", "k000", "k149"} {
+		for _, f := range []string{"r0", "r9"} {
+			if got, want := read(t, m, b, f), "round "+f[1:]; got != want {
+				t.Errorf("after the fold %s's %s = %q, want %q", b, f, got, want)
+			}
+		}
+		if got := read(t, m, b, "shared"); got != "the kids' base" {
+			t.Errorf("after the fold %s's shared = %q", b, got)
+		}
+	}
+	write(t, m, "k007", "mine", "k007's")
+	if res, err := m.Commit(ctx, "k007"); err != nil || !res.FastPath {
+		t.Fatalf("commit of k007 after the fold: %+v, %v", res, err)
+	}
+	if got := read(t, m, "main", "mine"); got != "k007's" {
+		t.Errorf("main's mine = %q", got)
+	}
+}

@@ -178,20 +178,39 @@ func (t *Txn) Referrers() (map[LayerID]int, error) {
 	return refs, err
 }
 
-// Repoint puts every layer that lies directly over x over y instead (after
-// FoldDown copied x into y).
-func (t *Txn) Repoint(x, y LayerID) error {
+// LayersOver lists the layers that lie directly over x, from a View (a
+// pass over every layer record, which an etcd transaction could not
+// check). For Repoint, by a caller that keeps new layers from being put
+// over x meanwhile.
+func (s *Store) LayersOver(ctx context.Context, x LayerID) ([]LayerID, error) {
 	var over []LayerID
-	err := eachLayer(t.tx, false, func(l, below LayerID) (bool, error) {
-		if below == x {
-			over = append(over, l)
-		}
-		return true, nil
+	err := s.kv.View(ctx, func(tx kv.Txn) error {
+		over = over[:0]
+		return eachLayer(tx, false, func(l, below LayerID) (bool, error) {
+			if below == x {
+				over = append(over, l)
+			}
+			return true, nil
+		})
 	})
-	if err != nil {
-		return err
-	}
+	return over, err
+}
+
+// Repoint puts the layers of over (from LayersOver) that still lie
+// directly over x over y instead (after FoldDown copied x into y),
+// reading only their records.
+func (t *Txn) Repoint(x, y LayerID, over []LayerID) error {
 	for _, l := range over {
+		below, err := layerBelow(t.tx, l)
+		if errors.Is(err, kv.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		if below != x {
+			continue
+		}
 		if err := putLayer(t.tx, l, y); err != nil {
 			return err
 		}

@@ -104,7 +104,11 @@ func TestLayerGraph(t *testing.T) {
 		}
 		return nil
 	})
-	if err := s.Update(ctx, func(tx *Txn) error { return tx.Repoint(a, base) }); err != nil {
+	overA, err := s.LayersOver(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx *Txn) error { return tx.Repoint(a, base, overA) }); err != nil {
 		t.Fatal(err)
 	}
 	read(func(tx *Txn) error {
