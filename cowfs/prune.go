@@ -52,8 +52,11 @@ func (s *Store) PruneShadowed(ctx context.Context, x, y LayerID) (int, error) {
 }
 
 // pruneInode is PruneShadowed for one inode, in transactions of at most
-// 1024 of y's references.
+// 1024 of y's references, fewer when the store's Limits say so: each
+// costs a read, a read of x's block at its index and a delete.
 func pruneInode(ctx context.Context, store kv.Store, x, y LayerID, ino InodeID, bs uint64) (int, error) {
+	lim := store.Limits()
+	per := min(1024, max(1, (lim.Reads-2)/2), lim.Batch(1, 3*(LayerKeyLen+lim.OpBytes)))
 	pruned := 0
 	from := uint64(0)
 	for {
@@ -92,12 +95,12 @@ func pruneInode(ctx context.Context, store kv.Store, x, y LayerID, ino InodeID, 
 				} else if ok {
 					drop = append(drop, append([]byte(nil), k...))
 				}
-				return seen < 1024, nil
+				return seen < per, nil
 			})
 			if err != nil {
 				return err
 			}
-			done = seen < 1024
+			done = seen < per
 			for _, k := range drop {
 				if err := tx.Delete(k); err != nil {
 					return err

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 func countData(t *testing.T, st kv.Store, l LayerID, ino InodeID) int {
@@ -131,5 +132,34 @@ func (m *fileModel) truncate(ino InodeID, size int) {
 		m.files[ino] = b[:size]
 	} else {
 		m.files[ino] = append(b, make([]byte, size-len(b))...)
+	}
+}
+
+// TestPruneWithinStoreLimits: pruning the 303 blocks a truncation hides
+// in the layer below takes transactions the store takes (etcd's 128
+// writes and reads here).
+func TestPruneWithinStoreLimits(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	st := kvtest.Limited(kvtest.NewStore(t), kv.Limits{Writes: 128, Reads: 128, Bytes: 3<<19 - 512, OpBytes: 24})
+	sto, f := newTestTree(t, st, Options{BlockSize: bs, InlineMax: 64})
+	r := rand.New(rand.NewPCG(9, 10))
+	fm := newFileModel(t, f)
+	big := fm.create("big", nil)
+	for off := 0; off < 304*bs; off += 16 * bs { // 16 blocks a transaction
+		fm.write(big, off, randBytes(r, 16*bs))
+	}
+	x, y := pushLayer(t, f)
+	fm.truncate(big, 100)
+	n, err := sto.PruneShadowed(ctx, x, y)
+	if err != nil {
+		t.Fatalf("prune on a store of 128 writes and reads per transaction: %v", err)
+	}
+	if n != 303 {
+		t.Errorf("pruned %d references, want 303", n)
+	}
+	got := make([]byte, 200)
+	if k, _, err := f.ReadAt(big, got, 0); err != nil || !bytes.Equal(got[:k], fm.files[big]) {
+		t.Errorf("big reads %d bytes (%v) after the prune, want its first 100", k, err)
 	}
 }
