@@ -135,14 +135,22 @@ type record struct {
 // did it. Records of old stores, whose commits rewrote every sibling,
 // carry no generations and stay as they are.
 func stale(recs map[BranchID]*record) {
+	type commit struct {
+		parent BranchID
+		gen    uint64
+	}
+	notes := map[commit]string{}
+	for _, r := range recs {
+		if r.State == StateCommitted && r.CommitNote != "" {
+			notes[commit{r.Parent, r.CommitGen}] = r.CommitNote
+		}
+	}
 	note := func(p *record, gen uint64) string {
 		if gen == p.Gen && p.LastCommit != "" {
 			return p.LastCommit
 		}
-		for _, r := range recs {
-			if r.Parent == p.ID && r.State == StateCommitted && r.CommitGen == gen && r.CommitNote != "" {
-				return r.CommitNote
-			}
+		if n, ok := notes[commit{p.ID, gen}]; ok {
+			return n
 		}
 		return fmt.Sprintf("commit %d into %s", gen, p.Name)
 	}

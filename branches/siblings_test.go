@@ -71,6 +71,11 @@ func TestCommitWithManySiblings(t *testing.T) {
 		}
 	}
 	check(m, "after the commit")
+	// A later commit into main leaves them invalidated by the first.
+	must(m.Fork(ctx, "main", "second"))(t)
+	write(t, m, "second", "g", "second's")
+	must(m.Commit(ctx, "second"))(t)
+	check(m, "after a second commit")
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
