@@ -6,9 +6,12 @@
 // slot, a data block the topmost reference of its index (subject to the
 // truncation cut each inode record carries). Whiteouts and inode tombstones
 // hide what lower layers hold. Which frozen layers hold a record of an
-// inode is cached per view, so reads cost O(layers that touched the inode),
-// not O(depth). The cache holds at most Options.InodeCacheSize entries and
-// is dropped when the view is invalidated.
+// inode, and the topmost such record decoded, are cached per view, so reads
+// cost O(layers that touched the inode), not O(depth), and the attributes
+// of an inode seen before cost one point lookup (the top layer's). The
+// cache holds at most Options.InodeCacheSize entries and
+// Options.InodeCacheBytes of estimated memory, and is dropped whenever the
+// view's stack changes and when the view is invalidated.
 //
 // Names are form-insensitive and form-preserving (names.go): entries keep
 // the bytes they were created with, and are hashed and compared in NFC, so

@@ -38,10 +38,15 @@ type Options struct {
 	// sets it for such a store, see openFormat), so a name that misses is also looked for where such a
 	// store put it.
 	LegacyNameSlots bool
-	// InodeCacheSize bounds the view's cache of which frozen layers hold a
-	// record of an inode (default 65,536 entries, a few MiB); when full it
-	// starts over. Negative disables the cache.
+	// InodeCacheSize bounds the view's cache of the frozen layers' inode
+	// records (which frozen layers hold one, and the topmost of them
+	// decoded) to this many inodes (default 65,536); when full it starts
+	// over. Negative disables the cache.
 	InodeCacheSize int
+	// InodeCacheBytes bounds the same cache by the estimated memory of its
+	// entries (default DefaultInodeCacheBytes, 8 MiB, per view); when an
+	// entry would take it past the bound it starts over.
+	InodeCacheBytes int
 	// Blobs, when set, holds block and chunk content instead of the kv
 	// store's 'c' keys (docs/design.md, "Blocks in object storage"): writes
 	// upload to it before the transaction referencing the content commits,
@@ -53,6 +58,10 @@ type Options struct {
 
 // DefaultInodeCacheSize is the default Options.InodeCacheSize.
 const DefaultInodeCacheSize = 1 << 16
+
+// DefaultInodeCacheBytes is the default Options.InodeCacheBytes: 8 MiB, room
+// for about 30,000 inodes of one name each.
+const DefaultInodeCacheBytes = 8 << 20
 
 // EnsureDefaults fills zero fields with defaults.
 func (o *Options) EnsureDefaults() {
@@ -70,6 +79,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.InodeCacheSize == 0 {
 		o.InodeCacheSize = DefaultInodeCacheSize
+	}
+	if o.InodeCacheBytes <= 0 {
+		o.InodeCacheBytes = DefaultInodeCacheBytes
 	}
 }
 
@@ -104,10 +116,47 @@ type View struct {
 	err   error        // set once the view is unusable
 
 	cacheMu sync.Mutex // protects the following
-	// cache maps an inode to the frozen layers (below the top) holding a
-	// record of it, top first. Frozen layers never change while they are
-	// in the stack, so entries stay true until the stack changes.
-	cache map[InodeID][]LayerID
+	// cache maps an inode to what the frozen layers (below the top) hold
+	// of it: which layers have a record, and the topmost record decoded.
+	//
+	// Invariant: an entry stays true while the stack it was read under is
+	// the view's stack, and every stack change drops the cache
+	// (setStackLocked, under mu's write lock, which waits for every call
+	// reading under the old stack). Frozen layers are written only by:
+	//   - fold (FoldDown of x into y): y is referenced by x alone, so every
+	//     stack holding y holds x right above it; x's records stay while
+	//     x is in a stack, so the topmost frozen record of every inode is
+	//     the same before, during and after the copy, and entries resolved
+	//     through [x] find the same slots in x. Dropping x from the stack
+	//     (SetStackLocked) drops the cache, before the reclaimer deletes x.
+	//   - prune and rechunk: data keys only, no inode record.
+	// Commits, checkpoints, restores and forks change a view's layers only
+	// through SetStackLocked or SetFreshStackLocked (a checkpoint freezes
+	// the top, whose records were never cached, and the old cache would
+	// miss them), so they drop it too.
+	cache map[InodeID]*frozenInode
+	// cacheBytes is the estimated memory of cache's entries.
+	cacheBytes int
+}
+
+// frozenInode is what the frozen layers of a stack hold of one inode.
+// Shared between calls: read only.
+type frozenInode struct {
+	layers []LayerID // layers holding a record, top first
+	rec    *inode    // the record in layers[0]; nil if layers is empty
+}
+
+// size estimates the memory an entry takes in the cache: the map slot,
+// the entry, the layer list and the decoded record with its names.
+func (e *frozenInode) size() int {
+	n := 96 + 8*cap(e.layers)
+	if e.rec != nil {
+		n += 192 + len(e.rec.Target)
+		for _, l := range e.rec.Links {
+			n += 24 + len(l.Name)
+		}
+	}
+	return n
 }
 
 // Lock blocks every call on the view until Unlock; branches uses it to
@@ -126,7 +175,8 @@ func (f *View) setStackLocked(stack []LayerID) {
 // dropCache empties the inode cache, releasing its memory.
 func (f *View) dropCache() {
 	f.cacheMu.Lock()
-	f.cache = map[InodeID][]LayerID{}
+	f.cache = map[InodeID]*frozenInode{}
+	f.cacheBytes = 0
 	f.cacheMu.Unlock()
 }
 
@@ -209,82 +259,106 @@ func (f *View) layersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
 	} else if ok {
 		out = append(out, st.stack[0])
 	}
-	frozen, err := f.frozenLayersOf(tx, st, ino)
+	fr, err := f.frozenOf(tx, st, ino)
 	if err != nil {
 		return nil, err
 	}
-	return append(out, frozen...), nil
+	return append(out, fr.layers...), nil
 }
 
-// frozenLayersOf returns the frozen layers (below the top) that hold a
-// record of ino, top first, from the cache when it knows them.
-func (f *View) frozenLayersOf(tx kv.Txn, st state, ino InodeID) ([]LayerID, error) {
+// frozenOf returns what the frozen layers hold of ino, from the cache when
+// it knows. The result is shared: read only.
+func (f *View) frozenOf(tx kv.Txn, st state, ino InodeID) (*frozenInode, error) {
 	limit := f.opts.InodeCacheSize
-	var frozen []LayerID
-	hit := false
 	if limit > 0 {
 		f.cacheMu.Lock()
-		frozen, hit = f.cache[ino]
+		fr, hit := f.cache[ino]
 		f.cacheMu.Unlock()
+		if hit {
+			return fr, nil
+		}
 	}
-	if !hit {
-		frozen = []LayerID{}
-		for _, l := range st.stack[1:] {
+	fr := &frozenInode{}
+	for _, l := range st.stack[1:] {
+		if fr.rec != nil {
 			ok, err := tx.Has(inodeKey(l, ino))
 			if err != nil {
 				return nil, err
 			}
 			if ok {
-				frozen = append(frozen, l)
+				fr.layers = append(fr.layers, l)
 			}
+			continue
 		}
-		if limit > 0 {
-			f.cacheMu.Lock()
-			if len(f.cache) >= limit {
-				// Start over rather than keep a big map: clear would
-				// keep its buckets.
-				f.cache = make(map[InodeID][]LayerID, 64)
-			}
-			f.cache[ino] = frozen
-			f.cacheMu.Unlock()
+		n, err := layerInode(tx, l, ino)
+		if err != nil {
+			return nil, err
+		}
+		if n != nil {
+			fr.layers = append(fr.layers, l)
+			fr.rec = n
 		}
 	}
-	return frozen, nil
+	if limit > 0 {
+		size := fr.size()
+		f.cacheMu.Lock()
+		if len(f.cache) >= limit || f.cacheBytes+size > f.opts.InodeCacheBytes {
+			// Start over rather than keep a big map: clear would
+			// keep its buckets.
+			f.cache = make(map[InodeID]*frozenInode, 64)
+			f.cacheBytes = 0
+		}
+		if old, ok := f.cache[ino]; ok { // a racing call filled it
+			f.cacheBytes -= old.size()
+		}
+		f.cache[ino] = fr
+		f.cacheBytes += size
+		f.cacheMu.Unlock()
+	}
+	return fr, nil
 }
 
 // getInode resolves ino top-down. It returns ENOENT for a missing or deleted
 // inode, plus the layer holding the visible record. The top layer is read
-// with one Get (not found: it holds no record), so an inode written in the
-// top layer costs one point lookup; the frozen layers go through layersOf.
+// with one Get (not found: it holds no record); a record in a frozen layer
+// comes from the cache, so a cached inode costs one point lookup. The
+// caller owns the returned record.
 func (f *View) getInode(tx kv.Txn, st state, ino InodeID) (*inode, LayerID, error) {
-	n, err := layerInode(tx, st.stack[0], ino)
+	n, l, _, err := f.getInodeLayers(tx, st, ino, false)
+	return n, l, err
+}
+
+// getInodeLayers is getInode that also returns, when withLayers is set,
+// the layers holding a record of ino (as layersOf).
+func (f *View) getInodeLayers(tx kv.Txn, st state, ino InodeID, withLayers bool) (*inode, LayerID, []LayerID, error) {
+	top, err := layerInode(tx, st.stack[0], ino)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
-	if n != nil {
-		if n.Deleted {
-			return nil, 0, syscall.ENOENT
+	var fr *frozenInode
+	if top == nil || withLayers {
+		if fr, err = f.frozenOf(tx, st, ino); err != nil {
+			return nil, 0, nil, err
 		}
-		return n, st.stack[0], nil
 	}
-	frozen, err := f.frozenLayersOf(tx, st, ino)
-	if err != nil {
-		return nil, 0, err
+	var layers []LayerID
+	if withLayers {
+		layers = make([]LayerID, 0, 1+len(fr.layers))
+		if top != nil {
+			layers = append(layers, st.stack[0])
+		}
+		layers = append(layers, fr.layers...)
 	}
-	for _, l := range frozen {
-		n, err := layerInode(tx, l, ino)
-		if err != nil {
-			return nil, 0, err
+	switch {
+	case top != nil:
+		if top.Deleted {
+			return nil, 0, nil, syscall.ENOENT
 		}
-		if n == nil {
-			continue // cache hint raced with a newer snapshot
-		}
-		if n.Deleted {
-			return nil, 0, syscall.ENOENT
-		}
-		return n, l, nil
+		return top, st.stack[0], layers, nil
+	case fr.rec == nil || fr.rec.Deleted:
+		return nil, 0, nil, syscall.ENOENT
 	}
-	return nil, 0, syscall.ENOENT
+	return fr.rec.clone(), fr.layers[0], layers, nil
 }
 
 // layerInode returns layer l's record of ino, nil if it holds none.

@@ -2,6 +2,7 @@ package cowfs
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -70,5 +71,101 @@ func TestGetAttrTopOnePointLookup(t *testing.T) {
 	}
 	if txns, points := cs.txns.Load(), cs.points.Load(); txns != 1 || points != 1 {
 		t.Fatalf("GetAttr of a top-layer inode: %d transactions, %d point lookups; want 1, 1", txns, points)
+	}
+}
+
+// TestGetAttrFrozenCached checks that once an inode's frozen record is
+// cached, its attributes cost one point lookup (the top layer's) in one
+// transaction.
+func TestGetAttrFrozenCached(t *testing.T) {
+	f, cs, _ := newCountingFS(t, Options{})
+	a, err := f.Create(RootIno, "f", CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushLayer(t, f)
+	if _, err := f.GetAttr(a.Ino); err != nil { // fills the cache
+		t.Fatal(err)
+	}
+	cs.reset()
+	got, err := f.GetAttr(a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Mode != 0o644 {
+		t.Fatalf("mode %o, want 644", got.Mode)
+	}
+	if txns, points := cs.txns.Load(), cs.points.Load(); txns != 1 || points != 1 {
+		t.Fatalf("GetAttr of a cached frozen inode: %d transactions, %d point lookups; want 1, 1", txns, points)
+	}
+}
+
+// TestInodeCacheAfterStackChange: a view whose stack changes to one with a
+// newer record of an inode above the cached one serves the newer record.
+func TestInodeCacheAfterStackChange(t *testing.T) {
+	ctx := context.Background()
+	f, _, s := newCountingFS(t, Options{})
+	a, err := f.Create(RootIno, "f", CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, y := pushLayer(t, f)
+	if got, err := f.GetAttr(a.Ino); err != nil || got.Mode != 0o644 { // cached from y
+		t.Fatalf("GetAttr: %v, mode %o", err, got.Mode)
+	}
+	// Another view over y writes a newer record into a layer of its own.
+	mid, err := s.NewLayerOver(ctx, y)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := s.View([]LayerID{mid, y})
+	mode := uint32(0o600)
+	if _, err := g.SetAttr(a.Ino, SetAttr{Mode: &mode}); err != nil {
+		t.Fatal(err)
+	}
+	top, err := s.NewLayerOver(ctx, mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTop(top); err != nil { // stack: top, mid, y
+		t.Fatal(err)
+	}
+	got, err := f.GetAttr(a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Mode != 0o600 {
+		t.Fatalf("after the stack change f has mode %o, want 600 (stale inode cache)", got.Mode)
+	}
+	if _, err := f.Lookup(RootIno, "f"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInodeCacheBytesBounded checks that the inode cache's estimated
+// memory stays within Options.InodeCacheBytes.
+func TestInodeCacheBytesBounded(t *testing.T) {
+	const bound = 4096
+	f, _, _ := newCountingFS(t, Options{InodeCacheBytes: bound})
+	var inos []InodeID
+	for i := 0; i < 60; i++ {
+		a, err := f.Create(RootIno, fmt.Sprintf("%0200d", i), CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos = append(inos, a.Ino)
+	}
+	pushLayer(t, f)
+	peak := 0
+	for _, ino := range inos {
+		if _, err := f.GetAttr(ino); err != nil {
+			t.Fatal(err)
+		}
+		f.cacheMu.Lock()
+		peak = max(peak, f.cacheBytes)
+		f.cacheMu.Unlock()
+	}
+	if peak > bound || peak == 0 {
+		t.Fatalf("inode cache peaked at %d bytes, want 1..%d", peak, bound)
 	}
 }

@@ -58,7 +58,7 @@ func (s *Store) Options() Options { return s.opts }
 func (s *Store) View(stack []LayerID) *View {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &View{s: s, store: s.kv, alloc: s.alloc, opts: s.opts, bs: uint64(s.opts.BlockSize),
-		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID][]LayerID{}}
+		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID]*frozenInode{}}
 	f.dirty.Store(true)
 	return f
 }
