@@ -18,8 +18,22 @@ import (
 // this view (deleted, or never existed).
 func (f *View) GetAttr(ino InodeID) (Attr, error) { return f.getAttr(ino) }
 
+// GetAttrs returns the attributes of each of inos, nil for one that does
+// not exist in this view, read in one store transaction (READDIRPLUS reads
+// a listing's attributes with it). The error is about the view or the
+// store, never about one inode.
+func (f *View) GetAttrs(inos []InodeID) ([]*Attr, error) { return f.getAttrs(inos) }
+
 // Lookup finds name in directory dir.
 func (f *View) Lookup(dir InodeID, name string) (Attr, error) { return f.lookup(dir, name) }
+
+// LookupDir is Lookup that also returns dir's attributes, read in the same
+// store transaction as the lookup (LOOKUP answers with both). d is zero
+// when the error is about dir itself (ESTALE); otherwise d is set, also
+// when name is not found.
+func (f *View) LookupDir(dir InodeID, name string) (d, a Attr, err error) {
+	return f.lookupDir(dir, name)
+}
 
 // Create creates (or, per how, opens) a regular file in dir.
 func (f *View) Create(dir InodeID, name string, how CreateHow, a NewAttr, verifier uint64) (Attr, error) {

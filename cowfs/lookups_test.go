@@ -2,8 +2,10 @@ package cowfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/kv"
@@ -167,5 +169,74 @@ func TestInodeCacheBytesBounded(t *testing.T) {
 	}
 	if peak > bound || peak == 0 {
 		t.Fatalf("inode cache peaked at %d bytes, want 1..%d", peak, bound)
+	}
+}
+
+// TestLookupDirOneTransaction checks that LookupDir reads the directory
+// and the entry's inode in one transaction, reading the directory's record
+// once: three point lookups for a name in a one-layer tree (directory,
+// slot, inode).
+func TestLookupDirOneTransaction(t *testing.T) {
+	f, cs, _ := newCountingFS(t, Options{})
+	a, err := f.Create(RootIno, "f", CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs.reset()
+	d, got, err := f.LookupDir(RootIno, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Ino != RootIno || d.Type != TypeDir || got.Ino != a.Ino {
+		t.Fatalf("LookupDir: dir %d (type %v), child %d; want %d, %d", d.Ino, d.Type, got.Ino, RootIno, a.Ino)
+	}
+	if txns, points := cs.txns.Load(), cs.points.Load(); txns != 1 || points != 3 {
+		t.Fatalf("LookupDir: %d transactions, %d point lookups; want 1, 3", txns, points)
+	}
+	d, _, err = f.LookupDir(RootIno, "missing")
+	if !errors.Is(err, syscall.ENOENT) || d.Ino != RootIno {
+		t.Fatalf("LookupDir of a missing name: dir %d, %v; want %d, ENOENT", d.Ino, err, RootIno)
+	}
+	d, _, err = f.LookupDir(a.Ino, "x")
+	if !errors.Is(err, syscall.ENOTDIR) || d.Ino != a.Ino {
+		t.Fatalf("LookupDir in a file: dir %d, %v; want %d, ENOTDIR", d.Ino, err, a.Ino)
+	}
+	d, _, err = f.LookupDir(987654, "x")
+	if !errors.Is(err, syscall.ESTALE) || d.Ino != 0 {
+		t.Fatalf("LookupDir in a missing dir: dir %d, %v; want 0, ESTALE", d.Ino, err)
+	}
+}
+
+// TestGetAttrsOneTransaction checks that GetAttrs reads every inode in one
+// transaction and answers nil for one that does not exist.
+func TestGetAttrsOneTransaction(t *testing.T) {
+	f, cs, _ := newCountingFS(t, Options{})
+	var inos []InodeID
+	for i := 0; i < 10; i++ {
+		a, err := f.Create(RootIno, fmt.Sprint("f", i), CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inos = append(inos, a.Ino)
+	}
+	if err := f.Unlink(RootIno, "f3"); err != nil {
+		t.Fatal(err)
+	}
+	pushLayer(t, f)
+	cs.reset()
+	attrs, err := f.GetAttrs(inos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range attrs {
+		switch {
+		case i == 3 && a != nil:
+			t.Fatalf("attributes of the removed f3: %+v", *a)
+		case i != 3 && (a == nil || a.Ino != inos[i]):
+			t.Fatalf("attributes of f%d: %v", i, a)
+		}
+	}
+	if txns := cs.txns.Load(); txns != 1 {
+		t.Fatalf("GetAttrs of %d inodes: %d transactions, want 1", len(inos), txns)
 	}
 }

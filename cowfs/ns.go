@@ -73,6 +73,11 @@ func (f *View) findEntry(tx kv.Txn, st state, dir InodeID, name string) (entry, 
 	if err != nil {
 		return entry{}, 0, err
 	}
+	return f.findEntryIn(tx, layers, dir, name)
+}
+
+// findEntryIn is findEntry given the layers holding a record of dir.
+func (f *View) findEntryIn(tx kv.Txn, layers []LayerID, dir InodeID, name string) (entry, uint64, error) {
 	key := foldName(name)
 	e, s, free, err := probe(tx, layers, dir, hashSlot(key), key)
 	if err == nil || !errors.Is(err, syscall.ENOENT) {
@@ -223,17 +228,30 @@ func (f *View) getAttr(ino InodeID) (Attr, error) {
 }
 
 func (f *View) lookup(dir InodeID, name string) (Attr, error) {
-	var a Attr
+	_, a, err := f.lookupDir(dir, name)
+	return a, err
+}
+
+// lookupDir is lookup that also returns dir's attributes, read in the same
+// transaction (zero when the error is about dir itself: ESTALE). It reads
+// dir's record once and resolves the name through the layers it found.
+func (f *View) lookupDir(dir InodeID, name string) (Attr, Attr, error) {
+	var da, a Attr
 	err := f.view(func(tx kv.Txn, st state) error {
-		d, err := f.known(tx, st, dir)
+		da = Attr{}
+		d, _, layers, err := f.getInodeLayers(tx, st, dir, true)
+		if errors.Is(err, syscall.ENOENT) {
+			return syscall.ESTALE
+		}
 		if err != nil {
 			return err
 		}
+		da = d.attr()
 		if d.Type != TypeDir {
 			return syscall.ENOTDIR
 		}
 		if name == "." {
-			a = d.attr()
+			a = da
 			return nil
 		}
 		if name == ".." {
@@ -251,7 +269,7 @@ func (f *View) lookup(dir InodeID, name string) (Attr, error) {
 		if e := CheckName(name); e != 0 {
 			return e
 		}
-		en, _, err := f.findEntry(tx, st, dir, name)
+		en, _, err := f.findEntryIn(tx, layers, dir, name)
 		if err != nil {
 			return err
 		}
@@ -262,7 +280,33 @@ func (f *View) lookup(dir InodeID, name string) (Attr, error) {
 		a = n.attr()
 		return nil
 	})
-	return a, f.wrap("lookup", name, err)
+	return da, a, f.wrap("lookup", name, err)
+}
+
+// getAttrs returns the attributes of each of inos (nil for one that does
+// not exist) in one transaction.
+func (f *View) getAttrs(inos []InodeID) ([]*Attr, error) {
+	out := make([]*Attr, len(inos))
+	attrs := make([]Attr, len(inos))
+	err := f.view(func(tx kv.Txn, st state) error {
+		for i, ino := range inos {
+			out[i] = nil
+			n, _, err := f.getInode(tx, st, ino)
+			if errors.Is(err, syscall.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			attrs[i] = n.attr()
+			out[i] = &attrs[i]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, f.wrap("getattr", "", err)
+	}
+	return out, nil
 }
 
 // view runs fn in a read-only transaction on the view's current stack.

@@ -289,11 +289,10 @@ func nfsLookup(r *request, d *decoder, e *encoder) error {
 	if d.err != nil {
 		return errGarbage
 	}
-	dir, err := r.resolve(fh)
-	if err != nil {
-		return r.fail(e, dir, err, 1)
+	dir, obj, err := r.lookupHandle(fh, name)
+	if dir == nil {
+		return r.fail(e, nil, err, 1)
 	}
-	obj, err := r.lookup(dir, name)
 	if err != nil {
 		st, _ := nfsStatus(err)
 		if st == nfs.NFSStatusNoEnt {
@@ -310,6 +309,56 @@ func nfsLookup(r *request, d *decoder, e *encoder) error {
 	putPostOp(e, obj.h, &obj.attr)
 	putPostOp(e, dir.h, &dir.attr)
 	return nil
+}
+
+// lookupHandle resolves the directory handle fh and finds name in it. dir
+// is nil when the error is about the handle. A name in a branch's
+// directory is looked up in the same store transaction that reads the
+// directory (cowfs LookupDir); ".", ".." and the synthetic root go through
+// resolve and lookup.
+func (r *request) lookupHandle(fh []byte, name string) (dir, obj *node, err error) {
+	h, err := r.s.decodeHandle(fh)
+	if err != nil {
+		return nil, nil, err
+	}
+	if h.isSyntheticRoot() || name == "." || name == ".." {
+		if dir, err = r.resolve(fh); err != nil {
+			return nil, nil, err
+		}
+		obj, err = r.lookup(dir, name)
+		return dir, obj, err
+	}
+	fs, info, err := r.handleView(h)
+	if err != nil {
+		return nil, nil, err
+	}
+	d, a, lerr := fs.LookupDir(h.ino, name)
+	if d.Ino == 0 {
+		if lerr == nil {
+			lerr = syscall.ESTALE
+		}
+		return nil, nil, lerr
+	}
+	if d.Gen != h.gen {
+		return nil, nil, syscall.ESTALE
+	}
+	dir = &node{h: h, fs: fs, info: info, attr: d}
+	// The checks lookup makes, in its order, on the directory read with
+	// the name: a name is never revealed to a caller without search
+	// permission.
+	if !dir.isDir() {
+		return dir, nil, syscall.ENOTDIR
+	}
+	if !r.cred.may(&dir.attr, mayExec) {
+		return dir, nil, syscall.EACCES
+	}
+	if err := checkName(name); err != nil {
+		return dir, nil, err
+	}
+	if lerr != nil {
+		return dir, nil, lerr
+	}
+	return dir, dir.nodeOf(a), nil
 }
 
 // lookup finds name in directory dir, checking search permission.

@@ -38,12 +38,9 @@ func (r *request) resolve(raw []byte) (*node, error) {
 	if h.isSyntheticRoot() {
 		return r.s.rootNode(r.ctx)
 	}
-	fs, info, err := r.s.opts.Branches.ViewByID(h.branch)
+	fs, info, err := r.handleView(h)
 	if err != nil {
 		return nil, err
-	}
-	if r.conn != nil && !h.viaRoot {
-		r.conn.touch(h.branch)
 	}
 	a, err := fs.GetAttr(h.ino)
 	if err != nil {
@@ -56,6 +53,20 @@ func (r *request) resolve(raw []byte) (*node, error) {
 		return nil, syscall.ESTALE
 	}
 	return &node{h: h, fs: fs, info: info, attr: a}, nil
+}
+
+// handleView returns the view and branch of a decoded handle that is not
+// the synthetic root's, without reading the inode (resolve does, LOOKUP
+// reads it with the name).
+func (r *request) handleView(h fileHandle) (*cowfs.View, branches.Info, error) {
+	fs, info, err := r.s.opts.Branches.ViewByID(h.branch)
+	if err != nil {
+		return nil, info, err
+	}
+	if r.conn != nil && !h.viaRoot {
+		r.conn.touch(h.branch)
+	}
+	return fs, info, nil
 }
 
 // nodeOf wraps attributes of an inode in the same branch as n.
