@@ -144,27 +144,8 @@ type chunkedBlock struct {
 // putChunked stores the chunks in need and the block references of one
 // WriteChunked transaction, growing ino from size from to size to.
 func (f *View) putChunked(ino InodeID, from, to int64, blocks []chunkedBlock, need []pendingChunk) (Attr, error) {
-	mu := &f.dataMu[uint64(ino)%uint64(len(f.dataMu))]
-	mu.Lock()
-	defer mu.Unlock()
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(true)
-	if err != nil {
-		return Attr{}, pathErr("write", "", err.(syscall.Errno))
-	}
-	var out Attr
-	f.dirty.Store(true)
-	err = f.updateRefs(f.ctx, func(tx kv.Txn, refs *refLog) error {
-		n, err := f.inodeForWrite(tx, st, ino)
-		if err != nil {
-			return err
-		}
+	return f.updateFile(ino, func(tx kv.Txn, st state, refs *refLog, n *inode) error {
 		switch {
-		case n.Type == TypeDir:
-			return syscall.EISDIR
-		case n.Type != TypeRegular:
-			return syscall.EINVAL
 		case from == 0 && n.Size != 0:
 			return fmt.Errorf("cowfs: chunked write: the file is not empty (%d bytes)", n.Size)
 		case n.Size != uint64(from):
@@ -184,10 +165,6 @@ func (f *View) putChunked(ino InodeID, from, to int64, blocks []chunkedBlock, ne
 		}
 		n.Size = uint64(to)
 		n.Used = usedFor(n.Size)
-		ts := now()
-		n.Mtime, n.Ctime = ts, ts
-		out = n.attr()
-		return f.put(tx, st, n)
+		return nil
 	})
-	return out, f.wrap("write", "", err)
 }

@@ -450,18 +450,33 @@ func (f *View) writeAt(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, 
 	if end > f.opts.MaxFileSize || end < uint64(off) {
 		return Attr{}, pathErr("write", "", syscall.EFBIG)
 	}
+	return f.updateFile(ino, func(tx kv.Txn, st state, refs *refLog, n *inode) error {
+		if len(p) == 0 {
+			return nil
+		}
+		newSize := max(n.Size, end)
+		if err := f.writeBlocks(tx, st, n, p, uint64(off), newSize, refs); err != nil {
+			return err
+		}
+		n.Size = newSize
+		n.Used = usedFor(newSize)
+		if o.KillSetID {
+			n.Mode = killSetID(n.Mode)
+		}
+		return nil
+	})
+}
+
+// updateFile runs fn for a write of data into the regular file ino, under
+// the inode's data lock, in one transaction that logs the block references
+// it writes: fn changes n, the record copied up into the top layer, which
+// is then stored with new mtime and ctime. It returns the new attributes.
+func (f *View) updateFile(ino InodeID, fn func(tx kv.Txn, st state, refs *refLog, n *inode) error) (Attr, error) {
 	mu := &f.dataMu[uint64(ino)%uint64(len(f.dataMu))]
 	mu.Lock()
 	defer mu.Unlock()
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	st, err := f.begin(true)
-	if err != nil {
-		return Attr{}, pathErr("write", "", err.(syscall.Errno))
-	}
 	var out Attr
-	f.dirty.Store(true)
-	err = f.updateRefs(f.ctx, func(tx kv.Txn, refs *refLog) error {
+	err := f.updateData("write", "", func(tx kv.Txn, st state, refs *refLog) error {
 		n, err := f.inodeForWrite(tx, st, ino)
 		if err != nil {
 			return err
@@ -473,23 +488,15 @@ func (f *View) writeAt(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, 
 		default:
 			return syscall.EINVAL
 		}
-		if len(p) > 0 {
-			newSize := max(n.Size, end)
-			if err := f.writeBlocks(tx, st, n, p, uint64(off), newSize, refs); err != nil {
-				return err
-			}
-			n.Size = newSize
-			n.Used = usedFor(newSize)
-			if o.KillSetID {
-				n.Mode = killSetID(n.Mode)
-			}
+		if err := fn(tx, st, refs, n); err != nil {
+			return err
 		}
 		ts := now()
 		n.Mtime, n.Ctime = ts, ts
 		out = n.attr()
 		return f.put(tx, st, n)
 	})
-	return out, f.wrap("write", "", err)
+	return out, err
 }
 
 // writeBlocks copies p at off into the top layer's blocks of n.
