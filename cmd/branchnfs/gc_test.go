@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,21 +21,7 @@ func TestGCCommand(t *testing.T) {
 		t.Fatalf("gc: %d %q %q", code, out, stderr)
 	}
 	// A store whose main holds 8 MiB.
-	src := t.TempDir()
-	p := make([]byte, 8<<20)
-	x := uint32(7)
-	for i := range p {
-		x = x*1664525 + 1013904223
-		p[i] = byte(x >> 24)
-	}
-	if err := os.WriteFile(filepath.Join(src, "big"), p, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	store2 := filepath.Join(shortTempDir(t), "s")
-	s2 := []string{"--store", store2}
-	if code, _, stderr := runCLI(t, append([]string{"init", "--from", src}, s2...)...); code != 0 {
-		t.Fatalf("init --from: %d %q", code, stderr)
-	}
+	s2 := storeFrom(t, 8<<20, 7)
 	code, out, stderr := runCLI(t, append([]string{"gc", "--json"}, s2...)...)
 	var res branches.GCStats
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.DiskBefore < 8<<20 || res.DiskAfter < 8<<20 {

@@ -14,21 +14,7 @@ import (
 // without a server, list shows each branch's unique bytes, and aborting a
 // branch moves what only it held into the reclaimable figure.
 func TestStatusAndUniqueBytes(t *testing.T) {
-	src := t.TempDir()
-	p := make([]byte, 2<<20)
-	x := uint32(11)
-	for i := range p {
-		x = x*1664525 + 1013904223
-		p[i] = byte(x >> 24)
-	}
-	if err := os.WriteFile(filepath.Join(src, "big"), p, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	store := filepath.Join(shortTempDir(t), "s")
-	s := []string{"--store", store}
-	if code, _, stderr := runCLI(t, append([]string{"init", "--from", src}, s...)...); code != 0 {
-		t.Fatalf("init --from: %d %q", code, stderr)
-	}
+	s := storeFrom(t, 2<<20, 11)
 	code, out, stderr := runCLI(t, append([]string{"list", "--json"}, s...)...)
 	var entries []listEntry
 	if code != 0 || json.Unmarshal([]byte(out), &entries) != nil || len(entries) != 1 ||
@@ -92,4 +78,25 @@ func TestStatusThroughServer(t *testing.T) {
 	if code != 0 || strings.Contains(out, "UNIQUE") || !strings.Contains(stderr, "unique bytes left out") {
 		t.Fatalf("list through a backend without space: %d %q %q", code, out, stderr)
 	}
+}
+
+// storeFrom makes a store with init --from a directory holding file big
+// of size pseudo-random bytes (from seed), and returns its --store flag.
+func storeFrom(t *testing.T, size int, seed uint32) []string {
+	t.Helper()
+	src := t.TempDir()
+	p := make([]byte, size)
+	x := seed
+	for i := range p {
+		x = x*1664525 + 1013904223
+		p[i] = byte(x >> 24)
+	}
+	if err := os.WriteFile(filepath.Join(src, "big"), p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := []string{"--store", filepath.Join(shortTempDir(t), "s")}
+	if code, _, stderr := runCLI(t, append([]string{"init", "--from", src}, s...)...); code != 0 {
+		t.Fatalf("init --from: %d %q", code, stderr)
+	}
+	return s
 }
