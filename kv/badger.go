@@ -165,12 +165,13 @@ func OpenBadger(dir string, opts BadgerOptions) (Store, error) {
 	return openBadger(dir, opts, statfsDir)
 }
 
-// removeEmptyMemtables removes the empty write-ahead logs (*.mem) in dir. A
-// process killed between creating a memtable's log and sizing it leaves
-// one of zero bytes, and Badger refuses to open a directory that holds
-// one ("while opening memtables: ... Create a new file"): the store would
-// not open again after such a crash. An empty log holds no entries.
-func removeEmptyMemtables(dir string) error {
+// removeEmptyLogs removes the empty write-ahead logs (*.mem) and value
+// logs (*.vlog) in dir. A process killed between creating such a file and
+// sizing it leaves one of zero bytes, and Badger refuses to open a
+// directory that holds one ("Create a new file"): the store would not open
+// again after such a crash. An empty log holds no entries, and no value
+// pointer can name it.
+func removeEmptyLogs(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -179,7 +180,7 @@ func removeEmptyMemtables(dir string) error {
 		return err
 	}
 	for _, e := range ents {
-		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".mem") {
+		if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".mem") && !strings.HasSuffix(e.Name(), ".vlog") {
 			continue
 		}
 		fi, err := e.Info()
@@ -223,7 +224,7 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 		}
 	}
 	if !opts.InMemory {
-		if err := removeEmptyMemtables(dir); err != nil {
+		if err := removeEmptyLogs(dir); err != nil {
 			return nil, fmt.Errorf("kv: open %s: %w", dir, mapErr(err))
 		}
 		bo = bo.WithValueThreshold(opts.ValueThreshold)

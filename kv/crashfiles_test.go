@@ -9,10 +9,16 @@ import (
 	"github.com/branchnfs/branchnfs/kv"
 )
 
-// A process killed between creating a memtable's write-ahead log and
-// sizing it leaves an empty .mem file. The store must open again, with
-// everything it held.
-func TestOpenAfterEmptyMemtableLog(t *testing.T) {
+// A process killed between creating a memtable's write-ahead log or a
+// value log and sizing it leaves an empty .mem or .vlog file. The store
+// must open again, with everything it held.
+func TestOpenAfterEmptyLogs(t *testing.T) {
+	for _, name := range []string{"99999.mem", "99999.vlog"} {
+		t.Run(name, func(t *testing.T) { testOpenAfterEmptyLog(t, name) })
+	}
+}
+
+func testOpenAfterEmptyLog(t *testing.T, name string) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	opts := kv.BadgerOptions{GCInterval: -1, Reserve: -1}
@@ -29,12 +35,12 @@ func TestOpenAfterEmptyMemtableLog(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "99999.mem"), nil, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, err = kv.OpenBadger(dir, opts)
 	if err != nil {
-		t.Fatalf("open after a crash left an empty memtable log: %v", err)
+		t.Fatalf("open after a crash left an empty %s: %v", name, err)
 	}
 	defer s.Close()
 	err = s.View(ctx, func(tx kv.Txn) error {
