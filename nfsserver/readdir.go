@@ -207,23 +207,29 @@ func attrsOfSplit(fs *cowfs.View, ents []cowfs.DirEntry, workers int) []*cowfs.A
 			copy(out[lo:hi], attrs)
 		}
 	}
-	workers = min(workers, len(ents)/attrsPerWorker)
+	splitRange(len(ents), min(workers, len(ents)/attrsPerWorker), get)
+	return out
+}
+
+// splitRange calls fn over [0, n) in up to workers consecutive ranges, each
+// on its own goroutine but the first, which runs on the caller's; it
+// returns once all are done.
+func splitRange(n, workers int, fn func(lo, hi int)) {
 	if workers < 2 {
-		get(0, len(ents))
-		return out
+		fn(0, n)
+		return
 	}
 	var wg sync.WaitGroup
-	per := (len(ents) + workers - 1) / workers
-	for lo := per; lo < len(ents); lo += per {
+	per := (n + workers - 1) / workers
+	for lo := per; lo < n; lo += per {
 		wg.Add(1)
 		go func(lo int) {
 			defer wg.Done()
-			get(lo, min(lo+per, len(ents)))
+			fn(lo, min(lo+per, n))
 		}(lo)
 	}
-	get(0, min(per, len(ents)))
+	fn(0, min(per, n))
 	wg.Wait()
-	return out
 }
 
 // attrsPerWorker is the least number of entries worth a goroutine of

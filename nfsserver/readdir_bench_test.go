@@ -3,7 +3,6 @@ package nfsserver
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/cowfs"
@@ -66,17 +65,6 @@ func attrsEach(fs *cowfs.View, ents []cowfs.DirEntry) []*cowfs.Attr {
 			}
 		}
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(ents)/attrsPerWorker)
-	var wg sync.WaitGroup
-	per := (len(ents) + workers - 1) / workers
-	for lo := per; lo < len(ents); lo += per {
-		wg.Add(1)
-		go func(lo int) {
-			defer wg.Done()
-			get(lo, min(lo+per, len(ents)))
-		}(lo)
-	}
-	get(0, min(per, len(ents)))
-	wg.Wait()
+	splitRange(len(ents), min(runtime.GOMAXPROCS(0), len(ents)/attrsPerWorker), get)
 	return out
 }
