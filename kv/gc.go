@@ -39,6 +39,7 @@ const (
 // Keys ReclaimSpace writes for itself; no other package uses the 0x00
 // prefix.
 var (
+	ownPrefix   = []byte("\x00kv/") // all of them
 	flushPrefix = []byte("\x00kv/flush")
 	fillPrefix  = []byte("\x00kv/fill/")
 )
@@ -55,9 +56,12 @@ var (
 //     flush on demand, DropPrefix, makes every write wait), waits for the
 //     flush, and flattens the tree, so that every deleted value's garbage
 //     is counted. When all the tree is in level 0 (a young store, where
-//     Flatten does nothing), DropPrefix of a marker key flushes and
-//     compacts level 0 instead: writes wait meanwhile (Update retries
-//     them), for a flush and a small level 0;
+//     Flatten does nothing), DropPrefix flushes and compacts level 0
+//     instead: writes wait meanwhile (Update retries them), for a flush
+//     and a small level 0. DropPrefix of its own keys then runs in any
+//     case (after the filling, over a nearly empty memtable), so that no
+//     filler entry stays in the tables: a settled store holds only what
+//     its users wrote;
 //  3. rewrites value logs, one file per step, until none holds enough
 //     garbage (reclaimDiscardRatio). Each step keeps an iterator open until
 //     the moved values are synced, so Badger deletes the old file only once
@@ -85,24 +89,26 @@ func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
 	if err := s.rotateValueLog(ctx); err != nil && !errors.Is(err, ErrNoSpace) {
 		return st, fmt.Errorf("kv: reclaim space: rotate the value log: %w", err)
 	}
-	flushed := false
 	if !s.onlyLevel0() {
-		switch err := s.flushMemtable(ctx); {
-		case err == nil:
-			flushed = true
-		case !errors.Is(err, ErrNoSpace):
+		if err := s.flushMemtable(ctx); err != nil && !errors.Is(err, ErrNoSpace) {
 			return st, fmt.Errorf("kv: reclaim space: flush: %w", err)
 		}
 	}
-	if !flushed {
-		// A young tree (level 0 is small, and Flatten leaves a tree of
-		// one level alone), or a disk inside the reserve.
-		if err := s.Update(ctx, func(tx Txn) error { return tx.Set(flushPrefix, []byte{1}) }); err != nil {
-			return st, fmt.Errorf("kv: reclaim space: %w", err)
-		}
-		if err := s.use(func() error { return mapErr(s.db.DropPrefix(flushPrefix)) }); err != nil {
-			return st, fmt.Errorf("kv: reclaim space: flush and compact level 0: %w", err)
-		}
+	// DropPrefix flushes the memtable and compacts level 0: for a young
+	// tree (level 0 is small, and Flatten leaves a tree of one level
+	// alone) or a disk inside the reserve, that is the flush; after
+	// flushMemtable, the memtable holds little but the last filler
+	// transactions. Either way it also drops every filler key and
+	// tombstone left in the tables: a filler value set in one memtable
+	// and deleted in the next would otherwise stay in the tables (about a
+	// thousand entries each time) until a compaction met both. A live
+	// marker makes Badger see the prefix (it skips prefixes with no live
+	// key).
+	if err := s.Update(ctx, func(tx Txn) error { return tx.Set(flushPrefix, []byte{1}) }); err != nil {
+		return st, fmt.Errorf("kv: reclaim space: %w", err)
+	}
+	if err := s.use(func() error { return mapErr(s.db.DropPrefix(ownPrefix)) }); err != nil {
+		return st, fmt.Errorf("kv: reclaim space: flush and compact level 0: %w", err)
 	}
 	if err := s.use(func() error { return mapErr(s.db.Flatten(1)) }); err != nil {
 		return st, fmt.Errorf("kv: reclaim space: compact: %w", err)
