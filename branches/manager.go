@@ -58,6 +58,10 @@ type Options struct {
 	Logger *slog.Logger
 	// RootUID and RootGID own main's root directory when it is created.
 	RootUID, RootGID uint32
+	// Coord, for a store shared by several servers, tells the Manager of
+	// the other servers' changes (refresh.go); nil when this Manager is
+	// the store's only user.
+	Coord Coord
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -234,6 +238,8 @@ type Manager struct {
 		passes, layers, blocks, folded atomic.Int64
 	}
 
+	refreshed atomic.Int64 // watch events applied (refresh.go)
+
 	reclaim chan struct{}
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -265,6 +271,13 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	m := &Manager{cow: cow, opts: opts, byID: map[BranchID]*branch{}, byName: map[string]*branch{},
 		reclaim: make(chan struct{}, 1)}
+	var rev int64
+	if opts.Coord != nil {
+		// Before the load: a watch from rev+1 misses nothing after it.
+		if rev, err = opts.Coord.Revision(ctx); err != nil {
+			return nil, fmt.Errorf("branches: open: %w", err)
+		}
+	}
 	if err := m.load(ctx); err != nil {
 		return nil, err
 	}
@@ -280,6 +293,10 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		m.wg.Add(1)
 		go m.reclaimLoop(rctx)
 		m.kickReclaim()
+	}
+	if opts.Coord != nil {
+		m.wg.Add(1)
+		go m.watchLoop(rctx, rev+1)
 	}
 	return m, nil
 }

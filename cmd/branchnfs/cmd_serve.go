@@ -154,7 +154,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	_, statErr := os.Stat(dir)
 	dirExisted := statErr == nil
 	start := time.Now()
-	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, reserve: reserve, logger: logger, ignore: ignore, backend: backend})
+	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, reserve: reserve, logger: logger, ignore: ignore, backend: backend, serve: true})
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -125,6 +126,7 @@ type openedStore struct {
 	backend *backendConfig
 	mgr     *branches.Manager
 	lock    *storeLock
+	coord   *etcdkv.Coord // nil unless a server on etcd metadata
 }
 
 type openOptions struct {
@@ -134,6 +136,7 @@ type openOptions struct {
 	logger     *slog.Logger
 	ignore     []string       // non-nil: replaces the store's ignore list
 	backend    *backendConfig // from --meta and --blocks; nil: as recorded (backend.go)
+	serve      bool           // a server: on etcd, follow the other servers' changes
 }
 
 // openStore opens (or creates) the store in dir directly. The caller must
@@ -186,23 +189,40 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 	if be.Meta != "" {
 		statDir = dir
 	}
+	var coord *etcdkv.Coord
+	if be.Meta != "" && oo.serve {
+		// Other servers may share the store: learn of their changes.
+		if coord, err = etcdkv.OpenCoordURL(be.Meta, etcdkv.Options{Logger: logger}); err != nil {
+			closeBlocks(blocks)
+			st.Close()
+			lk.unlock()
+			return nil, fmt.Errorf("open store %s: %w", dir, err)
+		}
+	}
 	// A new store's main belongs to whoever creates it, so that user can
 	// write in it through NFS (an import from a directory then gives the
 	// root that directory's owner).
-	mgr, err := branches.Open(ctx, branches.Options{
+	bo := branches.Options{
 		Store:   st,
 		Ignore:  oo.ignore,
 		RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid()),
 		Logger: logger,
 		FS:     cowfs.Options{Logger: logger, StatDir: statDir, Blobs: blocks},
-	})
+	}
+	if coord != nil {
+		bo.Coord = coord
+	}
+	mgr, err := branches.Open(ctx, bo)
 	if err != nil {
+		if coord != nil {
+			coord.Close()
+		}
 		closeBlocks(blocks)
 		st.Close()
 		lk.unlock()
 		return nil, fmt.Errorf("open branches of %s: %w", dir, err)
 	}
-	return &openedStore{dir: dir, kv: st, blocks: blocks, backend: be, mgr: mgr, lock: lk}, nil
+	return &openedStore{dir: dir, kv: st, blocks: blocks, backend: be, mgr: mgr, lock: lk, coord: coord}, nil
 }
 
 // closeBlocks closes b unless it is nil.
@@ -261,6 +281,9 @@ func (s *openedStore) Close() error {
 	err := s.mgr.Sync(context.Background())
 	if cerr := s.mgr.Close(); err == nil {
 		err = cerr
+	}
+	if s.coord != nil {
+		s.coord.Close()
 	}
 	if cerr := s.kv.Close(); err == nil && !errors.Is(cerr, kv.ErrClosed) {
 		err = cerr

@@ -225,13 +225,8 @@ func (l *Lease) mapErr(what string, err error) error {
 	return fmt.Errorf("etcdkv: %s: %w", what, err)
 }
 
-// Event is one change of a watched key.
-type Event struct {
-	Key      []byte // without Options.Prefix
-	Value    []byte // nil for a deletion
-	Deleted  bool   // deleted, or gone with its lease
-	Revision int64  // the revision of the change
-}
+// Event is one change of a watched key (Key without Options.Prefix).
+type Event = kv.Event
 
 // Watch calls fn with every change of a key under prefix from revision
 // from on (from 0: changes after the call), in revision order, until ctx

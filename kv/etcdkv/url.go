@@ -49,3 +49,17 @@ func OpenURL(raw string, opts Options) (kv.Store, error) {
 	}
 	return Open(clientv3.Config{Endpoints: endpoints}, opts)
 }
+
+// OpenCoordURL is OpenCoord for a cluster named by an etcd:// URL, with
+// the URL's prefix as OpenURL takes it: the Coord of the store OpenURL
+// opens with the same arguments.
+func OpenCoordURL(raw string, opts Options) (*Coord, error) {
+	endpoints, prefix, err := ParseURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if prefix != "" {
+		opts.Prefix = prefix
+	}
+	return OpenCoord(clientv3.Config{Endpoints: endpoints}, opts)
+}

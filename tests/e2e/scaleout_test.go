@@ -19,14 +19,20 @@ import (
 	nfs "github.com/willscott/go-nfs-client/nfs"
 )
 
-// TestServeOnEtcdAndS3 runs one real server, as a regular user, with its
-// metadata on a 3-member etcd cluster (in this process) and its blocks in
-// versitygw: init records the backend, fork, writes through NFS and
-// commit work; a SIGKILL in the middle of writes loses no acknowledged
-// byte; with S3 stopped a write fails with NFS3ERR_IO and stores nothing,
-// and works again once S3 is back; gc deletes an aborted branch's blobs
-// and keeps main's. The blocks are in the bucket, not in etcd.
-func TestServeOnEtcdAndS3(t *testing.T) {
+// scaleout is what several servers share: a 3-member etcd cluster (in
+// this process) and a versitygw bucket, with the URLs that put a store's
+// metadata and blocks on them.
+type scaleout struct {
+	cluster *etcdtest.Cluster
+	s3      *testbin.S3Server
+	meta    string // etcd://member,member,member/prefix
+	blocks  string // s3://bucket/p/?endpoint=...
+}
+
+// startScaleout starts the cluster and the bucket, and sets the S3
+// credentials in the environment of the processes the test starts.
+func startScaleout(t *testing.T, prefix string) *scaleout {
+	t.Helper()
 	cluster := etcdtest.StartCluster(t, etcdtest.Options{})
 	s3 := testbin.StartS3(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
@@ -35,9 +41,22 @@ func TestServeOnEtcdAndS3(t *testing.T) {
 	for _, ep := range cluster.Endpoints {
 		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
 	}
+	return &scaleout{cluster: cluster, s3: s3,
+		meta:   "etcd://" + strings.Join(hosts, ",") + prefix,
+		blocks: fmt.Sprintf("s3://%s/p/?endpoint=%s&insecure=1&region=us-east-1", s3.Bucket, s3.Endpoint)}
+}
+
+// TestServeOnEtcdAndS3 runs one real server, as a regular user, with its
+// metadata on a 3-member etcd cluster (in this process) and its blocks in
+// versitygw: init records the backend, fork, writes through NFS and
+// commit work; a SIGKILL in the middle of writes loses no acknowledged
+// byte; with S3 stopped a write fails with NFS3ERR_IO and stores nothing,
+// and works again once S3 is back; gc deletes an aborted branch's blobs
+// and keeps main's. The blocks are in the bucket, not in etcd.
+func TestServeOnEtcdAndS3(t *testing.T) {
 	const prefix = "/scaleout/"
-	meta := "etcd://" + strings.Join(hosts, ",") + prefix
-	blocksURL := fmt.Sprintf("s3://%s/p/?endpoint=%s&insecure=1&region=us-east-1", s3.Bucket, s3.Endpoint)
+	so := startScaleout(t, prefix)
+	cluster, s3, meta, blocksURL := so.cluster, so.s3, so.meta, so.blocks
 	store := newStore(t)
 	mustCLI(t, store, "init", "--meta", meta, "--blocks", blocksURL, "--blocks-retry", "2s")
 	srv := startServer(t, store, 0)
