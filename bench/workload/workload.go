@@ -37,6 +37,8 @@ type SeqOptions struct {
 	ReqSize int    // bytes per READ/WRITE (capped by the server's rtmax/wtmax)
 	Conns   int    // TCP connections
 	Depth   int    // requests in flight per connection
+	// Keep leaves the file in place afterwards (Seq removes it otherwise).
+	Keep bool
 	// BeforeRead and AfterRead, when set, run just before and just after
 	// the read phase (to sample the server's CPU time around it).
 	BeforeRead, AfterRead func()
@@ -121,6 +123,9 @@ func Seq(t nfsclient.Target, data []byte, o SeqOptions) (SeqResult, error) {
 	res.WriteMiBps, res.ReadMiBps = mib/res.WriteSeconds, mib/res.ReadSeconds
 	if !res.ChecksumMatch {
 		return res, fmt.Errorf("checksum mismatch after read back (first differing byte at %d)", firstDiff(data, back))
+	}
+	if o.Keep {
+		return res, nil
 	}
 	if err := c0.Remove(c0.Root, o.Name); err != nil {
 		return res, fmt.Errorf("remove: %w", err)

@@ -347,6 +347,11 @@ func renderMarkdown(r *Results) string {
 		renderKernel(r, p, &missed)
 	}
 
+	// 9. Scale-out backend.
+	if r.ScaleOut != nil {
+		renderScaleOut(r.ScaleOut, p, &missed)
+	}
+
 	p("## Targets missed\n\n")
 	if len(missed) == 0 && len(r.Errors) == 0 {
 		p("None.\n")

@@ -67,6 +67,7 @@ type Results struct {
 	Soak               []soakRow                           `json:"soak,omitempty"`
 	Latency            []latencyRow                        `json:"latency,omitempty"`
 	Kernel             *kernelResult                       `json:"kernel,omitempty"`
+	ScaleOut           *scaleOutResult                     `json:"scale_out,omitempty"`
 	Errors             []string                            `json:"errors,omitempty"`
 	Notes              []string                            `json:"notes,omitempty"`
 }
@@ -118,7 +119,10 @@ type suite struct {
 	bnfs     string // branchnfs binary ("" when unavailable)
 	baseline string // an earlier branchnfs binary to compare with ("" for none)
 	osnfs    string
-	res      *Results
+	// etcdMember and versitygw run the scale-out section's etcd members
+	// (internal/testbin/etcdmember) and S3 server.
+	etcdMember, versitygw string
+	res                   *Results
 	log      io.Writer
 	sections map[string]bool
 }
@@ -142,7 +146,7 @@ func runSuite(args []string) error {
 	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
 	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
 	commit := fs.String("commit", "unknown", "commit id for the result name")
-	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,kernel,soak,latency (default all but soak and latency; --quick leaves out gotest)")
+	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,kernel,soak,latency,scaleout (default all but soak, latency and scaleout; --quick leaves out gotest)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	bases := fs.String("bases", "", "comma-separated base sizes (files) for branch operations (default 100,10000,100000; quick 100,1000)")
 	soakRounds := fs.Int("soak", 0, "soak section: rounds of fork, write 4 KiB over NFS, commit every 4th else abort (alone, it runs only this section)")
@@ -151,12 +155,24 @@ func runSuite(args []string) error {
 	latencyMiB := fs.Int("latency-mib", 1024, "latency section: size of the large branch merged and reclaimed (quick: 64)")
 	kernelTree := fs.String("kernel-tree", "crypto", "kernel section: the tree under $(go env GOROOT)/src that the guest untars, reads, lists and removes (quick: net)")
 	kernelRuns := fs.Int("kernel-runs", 3, "kernel section: runs per server (quick: 1)")
+	backend := fs.String("backend", "", "etcd+s3: the scale-out section, Badger beside metadata on a 3-member etcd and blocks in versitygw (alone, it runs only this section)")
+	etcdMember := fs.String("etcdmember", "", "scale-out section: the internal/testbin/etcdmember binary")
+	versitygw := fs.String("versitygw", "", "scale-out section: the versitygw binary")
 	fs.Parse(args)
 	if *soakRounds > 0 && *sections == "" {
 		*sections = "soak"
 	}
 	if *latency && *sections == "" {
 		*sections = "latency"
+	}
+	switch *backend {
+	case "":
+	case "etcd+s3":
+		if *sections == "" {
+			*sections = "scaleout"
+		}
+	default:
+		return fmt.Errorf("--backend %q: the one other backend is etcd+s3", *backend)
 	}
 
 	cfg := suiteConfig{Quick: *quick, Runs: *runs, SeqMiB: 256, ReqSize: 1 << 20, Conns: 4, Depth: 2,
@@ -195,6 +211,7 @@ func runSuite(args []string) error {
 	host, _ := os.Hostname()
 	start := time.Now()
 	s := &suite{cfg: cfg, tmp: tmp, bnfs: *bnfs, baseline: *baseline, osnfs: *osnfs, log: os.Stderr, sections: map[string]bool{},
+		etcdMember: *etcdMember, versitygw: *versitygw,
 		res: &Results{Date: start.UTC().Format(time.RFC3339), Commit: *commit, Host: host, GoVer: runtime.Version(), CPUs: runtime.NumCPU(), Config: cfg}}
 	if *sections == "" {
 		*sections = "branchops,storage,gotest,seq,meta,kernel"
@@ -251,6 +268,9 @@ func runSuite(args []string) error {
 			s.latency(ctx)
 		}
 	}
+	if s.sections["scaleout"] {
+		s.scaleOut(ctx)
+	}
 	s.res.Duration = time.Since(start).Seconds()
 	s.res.LoadEnd = loadavg()
 
@@ -264,7 +284,7 @@ func runSuite(args []string) error {
 		if *quick {
 			base += "-quick"
 		}
-		if s.cfg.Sections == "soak" || s.cfg.Sections == "latency" {
+		if s.cfg.Sections == "soak" || s.cfg.Sections == "latency" || s.cfg.Sections == "scaleout" {
 			base += "-" + s.cfg.Sections
 		}
 		b, _ := json.MarshalIndent(s.res, "", "  ")
