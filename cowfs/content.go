@@ -23,19 +23,34 @@ import (
 // before the reference commits, and it runs under the sweep tracker's read
 // lock, so a sweep, which deletes under the write lock, either deleted the
 // blob before the writer asked whether it exists (then the writer uploads
-// it again) or sees the writer's reference (see sweepTracker).
+// it again) or sees the writer's reference (see sweepTracker). With
+// several servers (Options.Leases) the writer first takes an intent for
+// each content it relies on, stored or not (intend, xsweep.go), which
+// other servers' sweeps respect.
 
 // putContent stores data, whose BLAKE3 is h, unless the content store
 // holds it already, and reports whether it stored it. tx is the
 // transaction that will reference it.
 func (s *Store) putContent(ctx context.Context, tx kv.Txn, h, data []byte) (bool, error) {
 	if s.blobs == nil {
+		if err := s.intend(ctx, tx, h); err != nil {
+			return false, err
+		}
 		ok, err := tx.Has(contentKey(h))
 		if err != nil || ok {
 			return false, err
 		}
 		return true, tx.Set(contentKey(h), data)
 	}
+	if err := s.intend(ctx, tx, h); err != nil {
+		return false, err
+	}
+	return s.putBlob(ctx, h, data)
+}
+
+// putBlob is putContent's upload to the blob store, for content the
+// caller holds an intent for (with several servers).
+func (s *Store) putBlob(ctx context.Context, h, data []byte) (bool, error) {
 	k := blobs.Key(h)
 	ok, err := s.blobs.Has(ctx, k)
 	if err == nil && ok {
@@ -117,6 +132,9 @@ func (s *Store) ContentInBlobs() bool { return s.blobs != nil }
 // setContent stores data, whose BLAKE3 is h, without asking first (the
 // merge's content of trimmed blocks, which it just cut).
 func (s *Store) setContent(ctx context.Context, tx kv.Txn, h, data []byte) error {
+	if err := s.intend(ctx, tx, h); err != nil {
+		return err
+	}
 	if s.blobs == nil {
 		return tx.Set(contentKey(h), data)
 	}
@@ -141,11 +159,18 @@ func (s *Store) putContents(ctx context.Context, tx kv.Txn, cs [][2][]byte) erro
 		}
 		return nil
 	}
+	hs := make([][]byte, len(cs))
+	for i, c := range cs {
+		hs[i] = c[0][1:]
+	}
+	if err := s.intend(ctx, tx, hs...); err != nil { // one transaction for all
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(blobUploads)
 	for _, c := range cs {
 		g.Go(func() error {
-			_, err := s.putContent(gctx, nil, c[0][1:], c[1])
+			_, err := s.putBlob(gctx, c[0][1:], c[1])
 			return err
 		})
 	}

@@ -54,6 +54,13 @@ type Options struct {
 	// place for its whole life. The caller closes it after the Store's
 	// last use.
 	Blobs blobs.Store
+	// Leases, when several servers share the store, orders their block
+	// writers and block sweeps (docs/design.md, "Deleting blocks with
+	// several servers"): writers take intents bound to the server's lease
+	// before they rely on content, and a sweep deletes content only after
+	// a transaction shows no intent and no reference since its mark. Nil
+	// (one server) costs nothing: the Store's sweep tracker suffices.
+	Leases kv.Leased
 }
 
 // DefaultInodeCacheSize is the default Options.InodeCacheSize.

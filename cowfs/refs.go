@@ -41,7 +41,7 @@ func (f *View) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) 
 func (s *Store) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
 	return s.tracker.commitWith(func(record func([][]byte)) error {
 		var refs refLog
-		err := s.kv.Update(ctx, func(tx kv.Txn) error {
+		err := s.updateContent(ctx, func(tx kv.Txn) error {
 			refs.hashes = refs.hashes[:0] // a retried attempt starts over
 			return fn(tx, &refs)
 		})

@@ -20,6 +20,7 @@ type Store struct {
 	tracker *sweepTracker // read only
 	blobs   blobs.Store   // opts.Blobs: content store, nil for the kv store's 'c' keys; read only
 	opts    Options       // read only, defaults filled in
+	xs      *crossSweep   // with opts.Leases: the handshake with other servers' sweeps (xsweep.go); read only
 }
 
 // Open returns the Store of st. It checks the store's format (see
@@ -42,7 +43,7 @@ func Open(ctx context.Context, st kv.Store, opts Options) (*Store, error) {
 // newStore is Open without the format check.
 func newStore(st kv.Store, opts Options) *Store {
 	opts.EnsureDefaults()
-	return &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, blobs: opts.Blobs, opts: opts}
+	return &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, blobs: opts.Blobs, opts: opts, xs: newCrossSweep(opts.Leases)}
 }
 
 // KV returns the underlying kv.Store, for the caller's own keys: cowfs's

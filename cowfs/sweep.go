@@ -181,6 +181,9 @@ func (w *Sweep) Run(ctx context.Context) (int, error) {
 			return 0, err
 		}
 	}
+	if w.s.xs != nil {
+		return w.runLeased(ctx, marked)
+	}
 	var cands [][]byte
 	err := w.s.listContent(ctx, w.snap, func(h []byte) error {
 		if _, ok := marked[[32]byte(h)]; !ok {

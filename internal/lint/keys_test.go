@@ -13,7 +13,7 @@ import (
 // owns the keys starting with it (docs/design.md, "Store layout"). Only the
 // owner may build or scan those keys; other packages go through its API.
 var keyOwners = map[byte]string{
-	'l': "cowfs", 'L': "cowfs", 'c': "cowfs", 'M': "cowfs",
+	'l': "cowfs", 'L': "cowfs", 'c': "cowfs", 'M': "cowfs", 'X': "cowfs",
 	'B': "branches", 'N': "branches", 'K': "branches", 'S': "branches", 'I': "branches", 'A': "branches",
 }
 

@@ -356,6 +356,7 @@ type txn struct {
 	bytes  int              // estimated request bytes of the writes
 	reads  map[string]int64 // mod revision of each key read from the store
 	ranges []keyRange       // ranges iterated
+	exists []string         // keys that must exist at commit (RequireExists)
 }
 
 func (t *txn) reqCtx() (context.Context, context.CancelFunc) {
@@ -608,6 +609,10 @@ func (t *txn) commit() (bool, error) {
 	for _, r := range t.ranges {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(r.start)), "<", t.rev+1).WithRange(string(r.end)))
 		reqBytes += 2*prefix + len(r.start) + len(r.end) + opOverhead
+	}
+	for _, k := range t.exists {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), ">", 0))
+		reqBytes += prefix + len(k) + opOverhead
 	}
 	if len(cmps) > t.s.opts.MaxTxnOps {
 		return false, fmt.Errorf("%w: the transaction read %d keys and %d ranges, and an etcd transaction checks at most %d (the server's --max-txn-ops); read less in read-write transactions (use a View for large reads) or raise the limit on every member and in Options.MaxTxnOps",
