@@ -44,6 +44,8 @@ type kernelSample struct {
 	Step    string  `json:"step"`
 	Seconds float64 `json:"seconds"`
 	Error   string  `json:"error,omitempty"`
+	// Procs are branchnfs's calls per procedure during the step.
+	Procs map[string]uint64 `json:"procs,omitempty"`
 }
 
 // kernelSteps are the benchmark's timed steps, in order, with what each
@@ -89,7 +91,7 @@ func (s *suite) kernelRun(res *kernelResult) error {
 		}
 		defer srv.stop()
 		defer s.recordMem(fmt.Sprintf("kernel client, %s tree", s.cfg.KernelTree), srv)
-		servers = append(servers, map[string]any{"name": "branchnfs", "nfs_port": srv.nfsPort, "mount_port": srv.mountPort, "export": "/main"})
+		servers = append(servers, map[string]any{"name": "branchnfs", "nfs_port": srv.nfsPort, "mount_port": srv.mountPort, "export": "/main", "store": store})
 	}
 	g, err := startGanesha(dir)
 	if err != nil {
