@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/branchnfs/branchnfs/bench/stats"
@@ -192,8 +193,40 @@ func renderKernel(r *Results, p func(string, ...any), missed *[]string) {
 			*missed = append(*missed, fmt.Sprintf("kernel client %s: %.2f s vs ganesha %.2f s (%s)", st.name, b.Median, g.Median, ratio(g, b)))
 		}
 	}
+	for _, x := range k.Samples {
+		if x.Server == "branchnfs" && x.Run == 1 && len(x.Procs) > 0 {
+			p("\nbranchnfs's calls per procedure, run 1 (counted by the server):\n\n")
+			break
+		}
+	}
+	for _, x := range k.Samples {
+		if x.Server == "branchnfs" && x.Run == 1 && len(x.Procs) > 0 {
+			p("- %s: %s\n", x.Step, formatProcs(x.Procs))
+		}
+	}
 	if k.Error != "" {
 		p("\nerror: %s\n", shorten(k.Error))
 	}
 	p("\n")
+}
+
+// formatProcs prints calls per procedure, most frequent first.
+func formatProcs(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	var total uint64
+	for k, v := range m {
+		keys = append(keys, k)
+		total += v
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", strings.TrimPrefix(k, "nfs."), m[k])
+	}
+	return fmt.Sprintf("%d calls (%s)", total, strings.Join(parts, ", "))
 }

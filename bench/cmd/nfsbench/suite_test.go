@@ -122,3 +122,10 @@ func TestRenderMemoryBaselineNotMissed(t *testing.T) {
 		t.Errorf("targets missed:\n%s", missed)
 	}
 }
+
+func TestFormatProcs(t *testing.T) {
+	got := formatProcs(map[string]uint64{"nfs.LOOKUP": 5, "nfs.ACCESS": 5, "nfs.READ": 9})
+	if want := "19 calls (READ 9, ACCESS 5, LOOKUP 5)"; got != want {
+		t.Errorf("formatProcs = %q, want %q", got, want)
+	}
+}
