@@ -31,7 +31,9 @@
 // are made from it (Store.View, FreshView, OpenView), and so are new trees,
 // merges, diffs, folds, prunes, rechunks, space accounting and the block
 // sweep. Its Txn lets a caller write layer records in the same transaction
-// as its own keys, which it reaches through Txn.KV and Store.KV.
+// as its own keys, which it reaches through Txn.KV and Store.KV. When
+// several servers share the store (Options.Leases), block writers and
+// block sweeps of all of them follow the handshake of xsweep.go.
 //
 // APIs: the inode-level calls in api.go (used by the NFS server), and the
 // go-billy v5 filesystem returned by View.Billy (billy.Filesystem,

@@ -126,7 +126,8 @@ type openedStore struct {
 	backend *backendConfig
 	mgr     *branches.Manager
 	lock    *storeLock
-	coord   *etcdkv.Coord // nil unless a server on etcd metadata
+	coord   *etcdkv.Coord       // nil unless on etcd metadata
+	leases  *etcdkv.ServerLease // on coord: the block writers' and sweeps' lease
 }
 
 type openOptions struct {
@@ -190,8 +191,9 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		statDir = dir
 	}
 	var coord *etcdkv.Coord
-	if be.Meta != "" && oo.serve {
-		// Other servers may share the store: learn of their changes.
+	if be.Meta != "" {
+		// Other servers may share the store: learn of their changes
+		// (serve), and order block writes and sweeps with theirs.
 		if coord, err = etcdkv.OpenCoordURL(be.Meta, etcdkv.Options{Logger: logger}); err != nil {
 			closeBlocks(blocks)
 			st.Close()
@@ -209,8 +211,13 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		Logger: logger,
 		FS:     cowfs.Options{Logger: logger, StatDir: statDir, Blobs: blocks},
 	}
-	if coord != nil {
+	if coord != nil && oo.serve {
 		bo.Coord = coord
+	}
+	var leases *etcdkv.ServerLease
+	if coord != nil {
+		leases = coord.ServerLease(0)
+		bo.FS.Leases = leases
 	}
 	mgr, err := branches.Open(ctx, bo)
 	if err != nil {
@@ -222,7 +229,7 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		lk.unlock()
 		return nil, fmt.Errorf("open branches of %s: %w", dir, err)
 	}
-	return &openedStore{dir: dir, kv: st, blocks: blocks, backend: be, mgr: mgr, lock: lk, coord: coord}, nil
+	return &openedStore{dir: dir, kv: st, blocks: blocks, backend: be, mgr: mgr, lock: lk, coord: coord, leases: leases}, nil
 }
 
 // closeBlocks closes b unless it is nil.

@@ -51,5 +51,8 @@
 // the same prefix: leases kept alive in the background, keys claimed
 // under a lease (gone when it is revoked or expires), and watches of a key
 // prefix from a revision. A Coord and its leases are safe for concurrent
-// use.
+// use. Coord.ServerLease is a process's lease for kv.Leased: conditional
+// transactions whose writes may be bound to it (cowfs's upload intents
+// and deletion markers); its store's transactions implement
+// kv.CommitChecker.
 package etcdkv
