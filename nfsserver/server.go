@@ -129,7 +129,8 @@ type Server struct {
 	closeCh chan struct{}  // closed by Close
 	serving sync.WaitGroup // Serve calls running
 
-	macs    sync.Pool // of *hash.Hash keyed with secret
+	macs    sync.Pool    // of *hash.Hash keyed with secret
+	handles *handleCache // nil: no cache (servers built by tests without New)
 	mounts  mountTable
 	root    rootState
 	metrics counters
@@ -156,6 +157,7 @@ func New(opts Options) (*Server, error) {
 		started: time.Now(),
 		closeCh: make(chan struct{}),
 		conns:   make(map[*conn]struct{}),
+		handles: new(handleCache),
 	}
 	if _, err := rand.Read(s.writeVerf[:]); err != nil {
 		return nil, fmt.Errorf("nfsserver: write verifier: %w", err)
