@@ -39,6 +39,19 @@ type SpaceReport struct {
 	// of content that only its own layers reference: what aborting it
 	// (and gc) would give back.
 	UniqueBytes map[string]int64 `json:"unique_bytes"`
+	// MetadataQuota is, for metadata on an etcd cluster, its quota
+	// (--quota-backend-bytes) and the database size counted against it
+	// (the whole cluster's keys); absent for a local store.
+	MetadataQuota *Quota `json:"metadata_quota,omitempty"`
+	// BlocksInObjectStore is set when block content is in an object store
+	// (S3): it has no size limit, and DiskBytes does not count it.
+	BlocksInObjectStore bool `json:"blocks_in_object_store,omitempty"`
+}
+
+// Quota is a limit and how much of it is used.
+type Quota struct {
+	LimitBytes int64 `json:"limit_bytes"`
+	UsedBytes  int64 `json:"used_bytes"`
 }
 
 // Reclaimable is what gc could give back now, by kind. Blocks that
@@ -95,6 +108,14 @@ func (m *Manager) Space(ctx context.Context) (SpaceReport, error) {
 		}
 		rep.DiskBytes = n
 	}
+	if r, ok := m.cow.KV().(kv.SpaceReporter); ok {
+		// A store in memory has no space to report; one that cannot
+		// reach its cluster failed the scan above already.
+		if sp, err := r.Space(); err == nil && sp.Quota {
+			rep.MetadataQuota = &Quota{LimitBytes: int64(sp.TotalBytes), UsedBytes: int64(sp.TotalBytes - sp.FreeBytes)}
+		}
+	}
+	rep.BlocksInObjectStore = m.cow.BlobsExternal()
 	r := &rep.Reclaimable
 	r.Total = r.UnreferencedContent + r.DeadLayerBytes + max(r.ValueLogGarbage, 0)
 	return rep, nil

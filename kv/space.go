@@ -26,9 +26,16 @@ type Space struct {
 	FreeFiles  uint64
 	Reserve    uint64 // the reserve kept free
 	ReadOnly   bool   // opened read-only because the disk was full
+	// Quota is set when the figures are a server's quota rather than a
+	// filesystem: etcd's --quota-backend-bytes as TotalBytes, its database
+	// size subtracted for FreeBytes and AvailBytes, and the same two as
+	// TotalFiles and FreeFiles (a file takes at least one byte of it, so
+	// no more files than that fit).
+	Quota bool
 }
 
-// SpaceReporter is implemented by stores that live on a local filesystem.
+// SpaceReporter is implemented by stores that live on a local filesystem,
+// or within a server's quota (Space.Quota).
 type SpaceReporter interface {
 	// Space reports the store's filesystem, minus the reserve.
 	Space() (Space, error)

@@ -93,7 +93,15 @@ func printStatus(w io.Writer, s storeStatus) {
 	if s.DiskBytes >= 0 {
 		fmt.Fprintf(w, "on disk:      %s (allocated blocks, as du counts them)\n", kv.FormatBytes(uint64(s.DiskBytes)))
 	}
-	fmt.Fprintf(w, "content:      %s of blocks, each stored once\n", kv.FormatBytes(uint64(max(s.ContentBytes, 0))))
+	if q := s.MetadataQuota; q != nil {
+		fmt.Fprintf(w, "metadata:     %s of the etcd cluster's %s quota used (--quota-backend-bytes; every key of the cluster counts)\n",
+			kv.FormatBytes(uint64(max(q.UsedBytes, 0))), kv.FormatBytes(uint64(max(q.LimitBytes, 0))))
+	}
+	fmt.Fprintf(w, "content:      %s of blocks, each stored once", kv.FormatBytes(uint64(max(s.ContentBytes, 0))))
+	if s.BlocksInObjectStore {
+		fmt.Fprint(w, ", in the object store (the bucket has no size limit)")
+	}
+	fmt.Fprintln(w)
 	r := s.Reclaimable
 	fmt.Fprintf(w, "reclaimable:  %s now (branchnfs gc gives it back; the server also does by itself)\n", kv.FormatBytes(uint64(max(r.Total, 0))))
 	fmt.Fprintf(w, "  content no branch references  %s\n", kv.FormatBytes(uint64(max(r.UnreferencedContent, 0))))

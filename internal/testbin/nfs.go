@@ -75,3 +75,35 @@ func ReadFH(c *rpc.Client, auth rpc.Auth, fh []byte) ([]byte, error) {
 		}
 	}
 }
+
+// FSStat is the FSSTAT reply's figures.
+type FSStat struct {
+	Tbytes, Fbytes, Abytes, Tfiles, Ffiles, Afiles uint64
+}
+
+// FSStatFH sends FSSTAT for the filesystem of handle fh.
+func FSStatFH(c *rpc.Client, auth rpc.Auth, fh []byte) (FSStat, error) {
+	type args struct {
+		rpc.Header
+		FH []byte
+	}
+	const procFSStat = 18 // FSSTAT, which go-nfs-client does not name
+	res, err := c.Call(&args{header(procFSStat, auth), fh})
+	if err != nil {
+		return FSStat{}, err
+	}
+	stat, err := xdr.ReadUint32(res)
+	if err != nil {
+		return FSStat{}, err
+	}
+	if err := nfs.NFS3Error(stat); err != nil {
+		return FSStat{}, err
+	}
+	var attr nfs.PostOpAttr
+	if err := xdr.Read(res, &attr); err != nil {
+		return FSStat{}, err
+	}
+	var fs FSStat
+	err = xdr.Read(res, &fs)
+	return fs, err
+}

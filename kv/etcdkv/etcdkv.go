@@ -86,7 +86,10 @@ type store struct {
 	closed atomic.Bool
 }
 
-var _ kv.Store = (*store)(nil)
+var (
+	_ kv.Store         = (*store)(nil)
+	_ kv.SpaceReporter = (*store)(nil)
+)
 
 // Open connects to the etcd cluster described by cfg and returns a store
 // keeping its keys under opts.Prefix. The store owns the client: Close
@@ -233,6 +236,30 @@ func (s *store) Size() (int64, error) {
 		last = err
 	}
 	return 0, fmt.Errorf("etcdkv: size: no member answered: %w", s.mapErr(last, 0))
+}
+
+// Space reports the cluster's quota (--quota-backend-bytes) and how much
+// of it is free, from the first member that answers: etcd refuses writes
+// once a member's database reaches the quota. It counts every key of the
+// cluster, not only this store's prefix. See kv.Space.Quota.
+func (s *store) Space() (kv.Space, error) {
+	if s.closed.Load() {
+		return kv.Space{}, kv.ErrClosed
+	}
+	var last error
+	for _, ep := range s.cli.Endpoints() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.RequestTimeout)
+		st, err := s.cli.Status(ctx, ep)
+		cancel()
+		if err != nil {
+			last = err
+			continue
+		}
+		quota := uint64(max(st.DbSizeQuota, 0))
+		free := uint64(max(st.DbSizeQuota-st.DbSize, 0))
+		return kv.Space{TotalBytes: quota, FreeBytes: free, AvailBytes: free, TotalFiles: quota, FreeFiles: free, Quota: true}, nil
+	}
+	return kv.Space{}, fmt.Errorf("etcdkv: space: no member answered: %w", s.mapErr(last, 0))
 }
 
 // Compact does nothing: etcd compacts its history itself when started with

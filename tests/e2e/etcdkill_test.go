@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -26,9 +27,11 @@ import (
 // both files of a round or neither, exactly for the rounds whose branch
 // is committed, and "last" names the latest of them), both with the two
 // remaining members and after the server and the killed member restart;
-// and commits go on with two members.
+// and commits go on with two members. FSSTAT and status report etcd's
+// quota, not the local disk.
 func TestEtcdMemberKilledMidCommit(t *testing.T) {
-	cluster := testbin.StartEtcd(t, testbin.EtcdOptions{})
+	const quota = 1 << 30
+	cluster := testbin.StartEtcd(t, testbin.EtcdOptions{QuotaBackendBytes: quota})
 	s3 := testbin.StartS3(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
@@ -48,6 +51,31 @@ func TestEtcdMemberKilledMidCommit(t *testing.T) {
 	}
 	defer func() { api.Close() }()
 	nc := dial(t, srv.port)
+	_, rootFH := nc.mount(t, "/main")
+	fss, err := testbin.FSStatFH(nc.c, auth, rootFH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fss.Tbytes != quota || fss.Fbytes == 0 || fss.Fbytes >= quota || fss.Abytes != fss.Fbytes || fss.Tfiles != quota {
+		t.Fatalf("FSSTAT on etcd = %+v; want the quota %d as total bytes and files, and less free", fss, quota)
+	}
+	var status struct {
+		Quota *struct {
+			Limit int64 `json:"limit_bytes"`
+			Used  int64 `json:"used_bytes"`
+		} `json:"metadata_quota"`
+		InObjectStore bool  `json:"blocks_in_object_store"`
+		Disk          int64 `json:"disk_bytes"`
+	}
+	if err := json.Unmarshal([]byte(mustCLI(t, store, "status", "--json")), &status); err != nil {
+		t.Fatal(err)
+	}
+	if status.Quota == nil || status.Quota.Limit != quota || status.Quota.Used <= 0 || !status.InObjectStore || status.Disk != -1 {
+		t.Fatalf("status --json on etcd and S3: %+v (quota %+v); want the quota %d, some of it used, blocks in the object store, no local disk", status, status.Quota, quota)
+	}
+	if out := mustCLI(t, store, "status"); !strings.Contains(out, "quota") || !strings.Contains(out, "no size limit") {
+		t.Fatalf("status on etcd and S3 says nothing of the quota or the bucket:\n%s", out)
+	}
 
 	const before, after, maxRounds = 4, 4, 24
 	r := rand.New(rand.NewPCG(21, 22))
