@@ -43,6 +43,10 @@ type countTxn struct {
 	writes, reads, bytes int
 }
 
+// inner returns the transaction t counts for (intend finds the attempt's
+// intents through it).
+func (t *countTxn) inner() kv.Txn { return t.Txn }
+
 func (t *countTxn) read(key []byte) {
 	t.reads++
 	t.bytes += len(key) + t.opBytes

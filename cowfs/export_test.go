@@ -74,6 +74,7 @@ func (f *View) Store() *Store { return f.s }
 func openStore(t testing.TB, st kv.Store, opts Options) *Store {
 	t.Helper()
 	opts = testContent(t, opts)
+	st, opts = testLeased(t, st, opts)
 	s, err := Open(context.Background(), st, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +94,7 @@ var testBlobs sync.Map
 // testContent sets opts.Blobs for a test running under TestOverBlobs:
 // the same blob store for every store the test opens.
 func testContent(t testing.TB, opts Options) Options {
-	if opts.Blobs != nil || !strings.HasPrefix(t.Name(), overBlobs) {
+	if opts.Blobs != nil || !strings.HasPrefix(t.Name(), overBlobs) && !strings.HasPrefix(t.Name(), overLeases) {
 		return opts
 	}
 	if b, ok := testBlobs.Load(t.Name()); ok {

@@ -102,6 +102,21 @@ type intentTxn struct {
 	in *intents
 }
 
+// intentsOf returns the intents of the attempt tx belongs to (tx, or a
+// transaction wrapping it, from updateContent), nil if none.
+func intentsOf(tx kv.Txn) *intents {
+	for {
+		switch t := tx.(type) {
+		case intentTxn:
+			return t.in
+		case interface{ inner() kv.Txn }:
+			tx = t.inner()
+		default:
+			return nil
+		}
+	}
+}
+
 // updateContent runs fn in a read-write transaction, which references
 // content it stores. Without Options.Leases it is kv.Store.Update; with
 // it, fn's attempt takes intents for the content it relies on (intend),
@@ -181,8 +196,8 @@ func (s *Store) intend(ctx context.Context, tx kv.Txn, hs ...[]byte) error {
 	if s.xs == nil {
 		return nil
 	}
-	it, ok := tx.(intentTxn)
-	if !ok {
+	in := intentsOf(tx)
+	if in == nil {
 		return errors.New("cowfs: internal error: content stored outside updateContent")
 	}
 	seen := make(map[string]bool, len(hs))
@@ -215,12 +230,12 @@ func (s *Store) intend(ctx context.Context, tx kv.Txn, hs ...[]byte) error {
 			_, ok, err := s.xs.leased.CommitLeased(ctx, conds, ops)
 			if err != nil {
 				if errors.Is(err, kv.ErrUnknownOutcome) {
-					it.in.add(keys) // may exist: deleted after the transaction
+					in.add(keys) // may exist: deleted after the transaction
 				}
 				return fmt.Errorf("cowfs: taking upload intents: %w; nothing was written", err)
 			}
 			if ok {
-				it.in.add(keys)
+				in.add(keys)
 				break
 			}
 			// A sweep is deleting one of them: it takes a request to
