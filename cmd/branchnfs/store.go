@@ -215,7 +215,9 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		bo.Coord = coord
 	}
 	var leases *etcdkv.ServerLease
-	if coord != nil {
+	if coord != nil && blocks != nil {
+		// Blocks in etcd itself keep the one-server sweep: the
+		// handshake's writes would not fit etcd's limits in every batch.
 		leases = coord.ServerLease(0)
 		bo.FS.Leases = leases
 	}
