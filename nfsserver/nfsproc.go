@@ -3,7 +3,6 @@ package nfsserver
 import (
 	"encoding/binary"
 	"log/slog"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -472,11 +471,7 @@ func nfsRead(r *request, d *decoder, e *encoder) error {
 	e.b = growBuf(e.b, int(count))
 	got, eof := 0, true
 	if count > 0 {
-		split := 1
-		if r.s.metrics.inFlight.Load() <= 1 {
-			split = runtime.GOMAXPROCS(0) // nothing else to serve: use the idle cores
-		}
-		got, eof, err = readSplit(n.fs, n.attr.Ino, e.b[dataAt:dataAt+int(count)], int64(off), split)
+		got, eof, err = n.fs.ReadAt(n.attr.Ino, e.b[dataAt:dataAt+int(count)], int64(off))
 		if err != nil {
 			e.b = e.b[:start]
 			return r.fail(e, n, err, 1)
@@ -494,54 +489,6 @@ func nfsRead(r *request, d *decoder, e *encoder) error {
 	r.s.metrics.bytesRead.Add(uint64(got))
 	return nil
 }
-
-// readSplit reads p at off like cowfs's ReadAt, in up to workers parts
-// of at least readSplitMin bytes read at the same time (splitRange), so
-// that a client waiting on one large READ at a time (libnfs's nfs-cp, a
-// single reader) gets the idle cores too. Each part is a read of its own:
-// as with any READ against concurrent WRITEs, the parts may see the file
-// at different moments. A part that ends short ends the read there (the
-// file ends in it); a failed part fails the read.
-func readSplit(fs *cowfs.View, ino cowfs.InodeID, p []byte, off int64, workers int) (int, bool, error) {
-	parts := min(workers, len(p)/readSplitMin)
-	if parts < 2 {
-		return fs.ReadAt(ino, p, off)
-	}
-	// Part boundaries on readSplitAlign, so no block is read by two parts.
-	per := (len(p)/parts + readSplitAlign - 1) / readSplitAlign * readSplitAlign
-	parts = (len(p) + per - 1) / per
-	type result struct {
-		n   int
-		eof bool
-		err error
-	}
-	res := make([]result, parts)
-	splitRange(parts, parts, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			a, b := i*per, min((i+1)*per, len(p))
-			res[i].n, res[i].eof, res[i].err = fs.ReadAt(ino, p[a:b], off+int64(a))
-		}
-	})
-	got := 0
-	for i, x := range res {
-		if x.err != nil {
-			return 0, false, x.err
-		}
-		got += x.n
-		if x.eof || x.n < min(per, len(p)-i*per) {
-			return got, x.eof, nil
-		}
-	}
-	return got, res[len(res)-1].eof, nil
-}
-
-const (
-	// readSplitMin is the least part of a READ worth a goroutine and a
-	// store transaction of its own.
-	readSplitMin = 256 << 10
-	// readSplitAlign aligns the parts to the store's block size.
-	readSplitAlign = 32 << 10
-)
 
 func nfsWrite(r *request, d *decoder, e *encoder) error {
 	fh := d.opaque(fhSize)
