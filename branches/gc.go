@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
@@ -28,6 +29,9 @@ type gcState struct {
 	// sweepMu is held across one Reclaim: the tracker follows a single
 	// sweep at a time (a second Begin would drop the first's records).
 	sweepMu sync.Mutex
+	// garbageSince is when each garbage layer was first seen, on a
+	// shared store (under sweepMu; see graceLayers).
+	garbageSince map[cowfs.LayerID]time.Time
 }
 
 // GCStats tells what GC did.

@@ -18,7 +18,12 @@ import (
 //     (cowfs.Txn.Unreachable, cowfs.Store.DeleteLayer).
 //  2. Blocks: content no live layer references is deleted (cowfs.Sweep).
 //     Writers that commit while the sweep runs record their hashes, and
-//     the sweep skips them.
+//     the sweep skips them; with several servers, their writers and
+//     sweeps follow cowfs's handshake instead.
+//
+// On a store several servers share, the live branches are those of the
+// stored records, and a garbage layer waits sharedLayerGrace before it
+// is deleted.
 
 func (m *Manager) kickReclaim() {
 	select {
@@ -99,16 +104,30 @@ type ReclaimStats struct {
 
 // liveRoots returns the tops of the live and invalidated branches and the
 // layers of their checkpoints: every layer of their stacks is live. Caller
-// holds opMu.
+// holds opMu. On a store several servers share (shared), the branches are
+// those of the records in tx, not those this Manager holds: another
+// server may have forked one this Manager has not heard of yet, or ended
+// one it still holds (and deleted its layers).
 func (m *Manager) liveRoots(tx kv.Txn) ([]cowfs.LayerID, error) {
-	m.mu.RLock()
 	var roots []cowfs.LayerID
 	var ids []BranchID
-	for _, b := range m.byName {
-		roots = append(roots, b.rec.Top)
-		ids = append(ids, b.rec.ID)
+	if m.shared() {
+		recs, err := liveRecords(tx)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			roots = append(roots, r.Top)
+			ids = append(ids, r.ID)
+		}
+	} else {
+		m.mu.RLock()
+		for _, b := range m.byName {
+			roots = append(roots, b.rec.Top)
+			ids = append(ids, b.rec.ID)
+		}
+		m.mu.RUnlock()
 	}
-	m.mu.RUnlock()
 	for _, id := range ids {
 		err := tx.Iterate(cpPrefix(id), nil, false, func(k, v []byte) (bool, error) {
 			var cp checkpointRec
@@ -125,6 +144,53 @@ func (m *Manager) liveRoots(tx kv.Txn) ([]cowfs.LayerID, error) {
 	return roots, nil
 }
 
+// shared reports whether several servers may share the store: its cowfs
+// store orders block writes and sweeps with theirs (cowfs.Options.Leases).
+func (m *Manager) shared() bool { return m.cow.Options().Leases != nil }
+
+// liveRecords returns the stored records of the live and invalidated
+// branches.
+func liveRecords(tx kv.Txn) ([]record, error) {
+	var recs []record
+	err := tx.Iterate(branchKey(0)[:1], nil, false, func(k, v []byte) (bool, error) {
+		var r record
+		if err := jsonUnmarshal(v, &r); err != nil {
+			return false, fmt.Errorf("branches: corrupt record %x: %w", k, err)
+		}
+		if r.State == StateLive || r.State == StateInvalidated {
+			recs = append(recs, r)
+		}
+		return true, nil
+	})
+	return recs, err
+}
+
+// sharedLayerGrace: on a shared store, a layer is deleted only once this
+// Manager's passes have seen it garbage for this long. Another server's
+// commit stages its merge in a layer no record names until the commit
+// ends, which no reader of the records can tell from garbage.
+const sharedLayerGrace = 10 * time.Minute
+
+// graceLayers returns the layers of garbage that have been garbage for
+// sharedLayerGrace, and remembers when the others were first seen.
+// Caller holds gc.sweepMu.
+func (m *Manager) graceLayers(garbage []cowfs.LayerID, now time.Time) []cowfs.LayerID {
+	seen := make(map[cowfs.LayerID]time.Time, len(garbage))
+	var due []cowfs.LayerID
+	for _, l := range garbage {
+		first, ok := m.gc.garbageSince[l]
+		if !ok {
+			first = now
+		}
+		seen[l] = first
+		if now.Sub(first) >= sharedLayerGrace {
+			due = append(due, l)
+		}
+	}
+	m.gc.garbageSince = seen
+	return due
+}
+
 // deadCheckpoints lists the keys of the checkpoint records of branches
 // that are neither live nor invalidated. Caller holds opMu.
 func (m *Manager) deadCheckpoints(tx kv.Txn) ([][]byte, error) {
@@ -134,6 +200,17 @@ func (m *Manager) deadCheckpoints(tx kv.Txn) ([][]byte, error) {
 		keep[b.rec.ID] = true
 	}
 	m.mu.RUnlock()
+	if m.shared() {
+		// Branches other servers forked that this Manager has not
+		// heard of yet.
+		recs, err := liveRecords(tx)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			keep[r.ID] = true
+		}
+	}
 	var dead [][]byte
 	err := tx.Iterate(cpPrefix(0)[:1], nil, true, func(k, _ []byte) (bool, error) {
 		if len(k) < 9 {
@@ -171,6 +248,9 @@ func (m *Manager) Reclaim(ctx context.Context) (ReclaimStats, error) {
 	m.opMu.Unlock()
 	if err != nil {
 		return st, err
+	}
+	if m.shared() {
+		garbage = m.graceLayers(garbage, time.Now())
 	}
 	// A branch that is committed or aborted stays so: its checkpoints can
 	// go without opMu.
