@@ -8,8 +8,9 @@ import (
 )
 
 // BenchmarkS3 compares, for a 40 KiB block against versitygw on loopback,
-// a Put (through the cache: the S3 upload, then the cached file), a Get
-// from S3, and a Get served by the cache (read and hash check).
+// a Put (through the cache: the S3 upload, then the cached file), a Has
+// of a missing block (a HEAD), a Get from S3, and a Get served by the
+// cache (read and hash check).
 func BenchmarkS3(b *testing.B) {
 	srv := testbin.StartS3(b)
 	s, err := blobs.OpenS3(bg, blobs.S3Options{Endpoint: srv.Endpoint, Bucket: srv.Bucket, Prefix: "bench/", Insecure: true,
@@ -33,6 +34,16 @@ func BenchmarkS3(b *testing.B) {
 			k, data := blob(i+1, size)
 			if err := c.Put(bg, k, data); err != nil {
 				b.Fatal(err)
+			}
+		}
+	})
+	// The existence check a write makes before each upload (a HEAD), for
+	// a block the bucket does not hold.
+	b.Run("HasMissing", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			k, _ := blob(-i-1, size)
+			if ok, err := c.Has(bg, k); err != nil || ok {
+				b.Fatal(ok, err)
 			}
 		}
 	})

@@ -201,6 +201,11 @@ func (s *suite) scaleOut(ctx context.Context) {
 				continue
 			}
 			if err := fn(b); err != nil {
+				if b.srv != nil {
+					// The temporary directory goes at the end: keep what
+					// the server said.
+					err = fmt.Errorf("%w; the server's log ends:\n%s", err, tail(b.srv.logPath, 15))
+				}
 				b.row.Error = fmt.Sprintf("%s: %v", what, err)
 				s.fail("scale-out "+b.label+": "+what, err)
 			}
