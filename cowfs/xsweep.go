@@ -59,6 +59,11 @@ func crossKey(kind byte, h []byte) []byte { return append([]byte{pfxCross, kind}
 // after the lease, and with it deleting/h, is gone).
 const sweepDeleteTimeout = 10 * time.Second
 
+// markerWait bounds how long a writer waits for a sweep's deletion of
+// content it needs: longer than a lease (a dead sweeper's marks go with
+// it) and a delayed marker removal.
+var markerWait = 2 * time.Minute
+
 // crossSweep is the handshake's state of one Store.
 type crossSweep struct {
 	leased kv.Leased
@@ -225,7 +230,7 @@ func (s *Store) intend(ctx context.Context, tx kv.Txn, hs ...[]byte) error {
 			ops = append(ops, kv.Op{Key: k, Value: []byte{}, Leased: true},
 				kv.Op{Key: crossKey(kindRecord, h), Value: tok})
 		}
-		wait := 5 * time.Millisecond
+		wait, start := 5*time.Millisecond, time.Now()
 		for {
 			_, ok, err := s.xs.leased.CommitLeased(ctx, conds, ops)
 			if err != nil {
@@ -240,6 +245,9 @@ func (s *Store) intend(ctx context.Context, tx kv.Txn, hs ...[]byte) error {
 			}
 			// A sweep is deleting one of them: it takes a request to
 			// the content store, or the sweep's lease to expire.
+			if time.Since(start) >= markerWait {
+				return fmt.Errorf("cowfs: a sweep has held block content marked for deletion for %v; its server may be stuck (its mark goes when its etcd lease ends, or when an operator revokes that lease); nothing was written", markerWait)
+			}
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -303,16 +311,30 @@ func (w *Sweep) runLeased(ctx context.Context, marked map[[32]byte]struct{}) (in
 		batch := cands[i:min(i+size, len(cands))]
 		lease, claimed, tok, err := x.claim(ctx, batch, recs)
 		if err != nil {
-			return n, err
+			return n, errors.Join(err, x.unmark(claimed, tok)) // nothing deleted
 		}
 		n += len(batch)
 		if len(claimed) == 0 {
 			continue
 		}
-		derr := x.deleteClaimed(ctx, s, lease, claimed)
+		sent, maybe, derr := x.deleteClaimed(ctx, s, lease, claimed)
 		// The markers go whatever happened: content not deleted is still
 		// unrecorded and unreferenced, a candidate for the next sweep.
-		uerr := x.unmark(ctx, claimed, tok)
+		// The marker of a deletion that failed goes only once the
+		// request can no longer arrive (it may have been sent), a
+		// deletion's timeout later.
+		if !maybe {
+			sent = len(claimed)
+		}
+		uerr := x.unmark(claimed[:sent], tok)
+		if rest := claimed[sent:]; len(rest) > 0 {
+			uerr = errors.Join(uerr, x.unmark(rest[1:], tok))
+			time.AfterFunc(sweepDeleteTimeout, func() {
+				if err := x.unmark(rest[:1], tok); err != nil {
+					s.opts.Logger.Warn("cowfs: sweep: a deletion marker stays until the server's lease ends; writers of that content fail meanwhile", "err", err)
+				}
+			})
+		}
 		if derr != nil {
 			return n, derr
 		}
@@ -385,14 +407,18 @@ func (x *crossSweep) claim(ctx context.Context, batch [][32]byte, recs map[[32]b
 // lease has more than sweepDeleteTimeout left: a deletion sent later could
 // arrive after deleting/h went with the lease and a writer uploaded h
 // again.
-func (x *crossSweep) deleteClaimed(ctx context.Context, s *Store, lease int64, hs [][32]byte) error {
+//
+// It returns how many of hs it deleted (in order), and whether the
+// deletion of hs[done] failed after it may have been sent (it may still
+// be applied); none was sent for the rest.
+func (x *crossSweep) deleteClaimed(ctx context.Context, s *Store, lease int64, hs [][32]byte) (done int, maybe bool, err error) {
 	deadline, err := x.leased.LeaseDeadline(ctx, lease)
 	if err != nil {
-		return fmt.Errorf("cowfs: sweep: before deleting content: %w", err)
+		return 0, false, fmt.Errorf("cowfs: sweep: before deleting content: %w", err)
 	}
-	for _, h := range hs {
+	for i, h := range hs {
 		if time.Until(deadline) <= sweepDeleteTimeout {
-			return fmt.Errorf("cowfs: sweep: the server's lease has %v left, not more than a deletion may take (%v): stopping; the rest is deleted by the next sweep (check the etcd cluster's latency): %w",
+			return i, false, fmt.Errorf("cowfs: sweep: the server's lease has %v left, not more than a deletion may take (%v): stopping; the rest is deleted by the next sweep (check the etcd cluster's latency): %w",
 				time.Until(deadline).Round(time.Millisecond), sweepDeleteTimeout, kv.ErrLeaseLost)
 		}
 		dctx, cancel := context.WithTimeout(ctx, sweepDeleteTimeout)
@@ -402,15 +428,22 @@ func (x *crossSweep) deleteClaimed(ctx context.Context, s *Store, lease int64, h
 			err = s.kv.Update(dctx, func(tx kv.Txn) error { return tx.Delete(contentKey(h[:])) })
 		}
 		cancel()
-		if err != nil {
-			return fmt.Errorf("cowfs: sweep: deleting unreferenced content: %w", err)
+		if err != nil && !errors.Is(err, blobs.ErrNotFound) {
+			return i, true, fmt.Errorf("cowfs: sweep: deleting unreferenced content: %w", err)
 		}
 	}
-	return nil
+	return len(hs), false, nil
 }
 
-// unmark deletes the deleting/h markers of hs that still hold tok.
-func (x *crossSweep) unmark(ctx context.Context, hs [][32]byte, tok []byte) error {
+// unmark deletes the deleting/h markers of hs that still hold tok. It
+// does not take the sweep's context: a marker left behind makes writers
+// of its content wait until the lease ends.
+func (x *crossSweep) unmark(hs [][32]byte, tok []byte) error {
+	if len(hs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*sweepDeleteTimeout)
+	defer cancel()
 	var conds []kv.Cond
 	var ops []kv.Op
 	for _, h := range hs {

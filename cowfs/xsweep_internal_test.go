@@ -209,3 +209,78 @@ func TestIntentsConsumed(t *testing.T) {
 		}
 	}
 }
+
+// failDeletes is a blob store whose Delete fails after, perhaps, reaching
+// the service.
+type failDeletes struct{ blobs.Store }
+
+func (failDeletes) Delete(context.Context, blobs.Key) error {
+	return errors.New("connection reset after the request was sent (test)")
+}
+
+// TestDeletionMarkers: a deletion that failed keeps its marker (the
+// request may still arrive), so a write of that content waits for it,
+// and gives up with a clear error after markerWait; once the marker is
+// gone the write goes on.
+func TestDeletionMarkers(t *testing.T) {
+	ctx := context.Background()
+	raw := kvtest.NewStore(t)
+	mem := blobs.NewMem()
+	open := func(b blobs.Store) *Store {
+		s, err := Open(ctx, checkingKV{raw}, Options{BlockSize: 4096, InlineMax: 64, Blobs: b, Leases: fakeLeased{raw}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := open(mem)
+	l, err := s.NewTree(ctx, 0o755, 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := s.View([]LayerID{l})
+	a, err := f.Create(RootIno, "f", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 4096)
+	for i := range data {
+		data[i] = byte(i * 13 % 251)
+	}
+	if _, err := f.WriteAt(a.Ino, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing live: a sweep whose deletion fails.
+	w, err := open(failDeletes{mem}).BeginSweep(func(*Txn) ([]LayerID, error) { return nil, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = w.Run(ctx)
+	w.End()
+	if err == nil {
+		t.Fatal("a sweep whose deletion failed reported no error")
+	}
+	h := blobs.Sum(data)
+	marker := crossKey(kindDelete, h[:])
+	err = raw.View(ctx, func(tx kv.Txn) error {
+		ok, err := tx.Has(marker)
+		if err == nil && !ok {
+			err = errors.New("the marker of a deletion that may still arrive was removed at once")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { markerWait = d }(markerWait)
+	markerWait = 50 * time.Millisecond
+	if _, err := f.WriteAt(a.Ino, data, 4096); err == nil {
+		t.Fatal("a write of content marked for deletion went on")
+	}
+	if err := raw.Update(ctx, func(tx kv.Txn) error { return tx.Delete(marker) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(a.Ino, data, 4096); err != nil {
+		t.Fatalf("a write once the marker is gone: %v", err)
+	}
+}
