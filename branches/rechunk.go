@@ -30,7 +30,7 @@ func (m *Manager) rechunkStep(ctx context.Context) cowfs.RechunkStats {
 		return st
 	}
 	if st.Blocks > 0 {
-		m.opts.Logger.Info("branches: rechunked", "blocks", st.Blocks, "chunks", st.Chunks, "read", kv.FormatBytes(uint64(st.Bytes)))
+		m.opts.Logger.Info("branches: rechunked", "blocks", st.Blocks, "chunks", st.Chunks, "extents", st.Extents, "read", kv.FormatBytes(uint64(st.Bytes)))
 	}
 	return st
 }
@@ -63,6 +63,7 @@ func (m *Manager) rechunk(ctx context.Context, budget int64) (cowfs.RechunkStats
 		total.Blocks += st.Blocks
 		total.Chunks += st.Chunks
 		total.Bytes += st.Bytes
+		total.Extents += st.Extents
 		if err != nil {
 			return total, mapErr(err)
 		}

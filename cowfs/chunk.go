@@ -23,7 +23,8 @@ import (
 // boundaries depend on the bytes around them, not on offsets, so data
 // shifted by an insertion cuts into the same chunks again and is stored
 // once. The block map stays as it is, so layering, Cut, copy-up, merge,
-// fold and prune keep working per block index.
+// fold and prune keep working per block index; then runs of chunk
+// references become extents (extent.go), one reference per run.
 
 // Chunk sizes. A chunk ends where the rolling hash of the last 64 bytes has
 // its low chunkAvgBits bits zero, between chunkMin and chunkMax bytes: about
@@ -97,7 +98,8 @@ func chunkRefParts(ref []byte) (slices, edits []byte, ok bool) {
 }
 
 // refHashes calls fn with every content hash block reference ref uses:
-// one for a stored block or a patch, one per slice for a chunk reference.
+// one for a stored block or a patch, one per slice for a chunk or extent
+// reference.
 // Every sweep mark and every write log goes through it, so a reference
 // kind it missed would let the sweep delete live content.
 func refHashes(ref []byte, fn func(h []byte)) {
@@ -111,6 +113,10 @@ func refHashes(ref []byte, fn func(h []byte)) {
 			sl = ref[2:]
 		}
 		for ; len(sl) >= 32; sl = sl[min(sliceLen, len(sl)):] {
+			fn(sl[:32])
+		}
+	case len(ref) >= 5 && ref[0] == refExtent:
+		for sl := ref[5:]; len(sl) >= 32; sl = sl[min(sliceLen, len(sl)):] {
 			fn(sl[:32])
 		}
 	}
@@ -361,6 +367,9 @@ type RechunkStats struct {
 	Chunks int `json:"chunks"`
 	// Bytes counts the block bytes read to chunk them.
 	Bytes int64 `json:"bytes"`
+	// Extents counts the extents written (each in place of the chunk
+	// references of a run of blocks).
+	Extents int `json:"extents"`
 }
 
 // runBlock is one block of a run: its index, its reference (refHash) and,
@@ -387,6 +396,16 @@ type runBlock struct {
 // store's tracker, so a concurrent sweep keeps them. The plain blocks
 // become garbage for the sweep once nothing else names them.
 func (s *Store) Rechunk(ctx context.Context, l LayerID, budget int64) (RechunkStats, error) {
+	st, err := s.rechunkPlain(ctx, l, budget)
+	if err != nil {
+		return st, err
+	}
+	st.Extents, err = s.coalesce(ctx, l)
+	return st, err
+}
+
+// rechunkPlain is Rechunk but for the extents.
+func (s *Store) rechunkPlain(ctx context.Context, l LayerID, budget int64) (RechunkStats, error) {
 	store := s.kv
 	var st RechunkStats
 	pfx := append(layerPrefix(l), kindData)

@@ -99,10 +99,10 @@ func BenchmarkChunkSizes(b *testing.B) {
 				// What the copy adds: its references, and the chunks the
 				// original does not name.
 				orig := map[string]bool{}
-				for _, v := range layerRefs(b, st, f.Top(), a.Ino) {
+				for _, v := range layerRefs(b, st, f.bs, f.Top(), a.Ino) {
 					refHashes(v, func(h []byte) { orig[string(h)] = true })
 				}
-				refs := layerRefs(b, st, f.Top(), c.Ino)
+				refs := layerRefs(b, st, f.bs, f.Top(), c.Ino)
 				var added, refBytes int64
 				extra := map[string]bool{}
 				for _, v := range refs {

@@ -14,7 +14,7 @@ import (
 func chunkHashes(t *testing.T, f *View, ino InodeID) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	for idx, ref := range layerRefs(t, f.s.kv, f.Top(), ino) {
+	for idx, ref := range layerRefs(t, f.s.kv, f.bs, f.Top(), ino) {
 		if len(ref) == 0 || ref[0] != refChunks {
 			t.Fatalf("block %d has reference tag %d, want a chunk reference", idx, ref[0])
 		}
@@ -46,7 +46,7 @@ func TestWriteChunkedDedupes(t *testing.T) {
 	if got := readAll(t, f, a.Ino, len(orig)); !bytes.Equal(got, orig) {
 		t.Fatalf("read %d bytes, not the %d written", len(got), len(orig))
 	}
-	if refs := layerRefs(t, f.s.kv, f.Top(), a.Ino); len(refs) != (len(orig)+bs-1)/bs {
+	if refs := layerRefs(t, f.s.kv, f.bs, f.Top(), a.Ino); len(refs) != (len(orig)+bs-1)/bs {
 		t.Fatalf("%d block references, want %d", len(refs), (len(orig)+bs-1)/bs)
 	}
 	ca := chunkHashes(t, f, a.Ino)

@@ -99,7 +99,10 @@ func (br *blockReader) resolve(first, last uint64, has func(uint64) bool, put fu
 		pfx := dataPrefix(l, br.ino)
 		start := u64(append([]byte(nil), pfx...), first)
 		err := br.tx.Iterate(pfx, start, false, func(k, v []byte) (bool, error) {
-			idx := binary.BigEndian.Uint64(k[len(k)-8:])
+			if isExtentKey(k) {
+				return br.resolveExtent(k, v, first, last, limit, has, put)
+			}
+			idx := keyBlock(k)
 			if idx > last {
 				return false, nil
 			}
@@ -128,6 +131,36 @@ func (br *blockReader) resolve(first, last uint64, has func(uint64) bool, put fu
 		}
 	}
 	return nil
+}
+
+// resolveExtent is resolve for the extent under key k (reference v):
+// it hands every block of it in [first, last] not already found to put,
+// below limit. It reports whether resolve goes on with the layer's next
+// key: not once the extent reaches beyond last, since extents of a layer
+// never overlap and the next key names a later block.
+func (br *blockReader) resolveExtent(k, v []byte, first, last, limit uint64, has func(uint64) bool, put func(uint64, resolved)) (bool, error) {
+	bs := br.f.bs
+	e, err := decodeExtent(keyBlock(k), v, bs)
+	if err != nil {
+		return false, err
+	}
+	if e.first > last {
+		return false, nil
+	}
+	more := e.last < last
+	err = e.blockRefs(bs, first, last, func(idx uint64, ref []byte) bool {
+		if has(idx) {
+			return true // shadowed by an upper layer, or by the block's own reference
+		}
+		base := idx * bs
+		if base >= limit {
+			more = false
+			return false
+		}
+		put(idx, resolved{ref: ref, limit: min(bs, limit-base)})
+		return true
+	})
+	return more, err
 }
 
 // getContent calls fn with the content of hash h (Store.getContent).
@@ -504,6 +537,11 @@ func (f *View) writeBlocks(tx kv.Txn, st state, n *inode, p []byte, off, newSize
 	bs := f.bs
 	end := off + uint64(len(p))
 	first, last := off/bs, (end-1)/bs
+	// The blocks written get references of their own: extents of the
+	// top layer covering them are split.
+	if err := f.splitExtents(tx, st.stack[0], n.Ino, first, last, true, refs); err != nil {
+		return err
+	}
 	var br *blockReader
 	var old map[uint64]resolved
 	var buf []byte  // scratch for partial blocks, allocated on demand
@@ -669,11 +707,18 @@ func (f *View) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog
 	}
 	bs := f.bs
 	keep := (size + bs - 1) / bs // blocks [0, keep) stay
+	if err := f.cutExtentsFrom(tx, st.stack[0], n.Ino, keep, refs); err != nil {
+		return err
+	}
 	if err := f.dropOwnData(tx, st, n.Ino, keep, 0); err != nil {
 		return err
 	}
 	if size%bs != 0 {
 		idx := size / bs
+		// The last block of an extent gets its own reference, to trim.
+		if err := f.splitExtents(tx, st.stack[0], n.Ino, idx, idx, true, refs); err != nil {
+			return err
+		}
 		v, err := tx.Get(dataKey(st.stack[0], n.Ino, idx))
 		if err == nil {
 			br := &blockReader{f: f, tx: tx, ino: n.Ino}

@@ -55,7 +55,7 @@ func loadDelta(tx kv.Txn, layers []LayerID) (*delta, error) {
 					return false, err
 				}
 				d.entries[id] = e
-			case len(rest) == 17 && rest[0] == kindData:
+			case (len(rest) == 17 || len(rest) == 18) && rest[0] == kindData:
 				d.data[InodeID(binary.BigEndian.Uint64(rest[1:]))] = true
 			}
 			return true, nil
@@ -74,7 +74,21 @@ func (d *delta) dataBytes(tx kv.Txn, f *View, ino InodeID) (int64, error) {
 	for _, l := range d.layers {
 		pfx := dataPrefix(l, ino)
 		err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
-			idx := binary.BigEndian.Uint64(k[len(k)-8:])
+			if isExtentKey(k) {
+				e, err := decodeExtent(keyBlock(k), v, f.bs)
+				if err != nil {
+					return false, err
+				}
+				err = e.blockRefs(f.bs, 0, e.last, func(idx uint64, ref []byte) bool {
+					if !seen[idx] {
+						seen[idx] = true
+						total += refBytes(ref, f.bs)
+					}
+					return true
+				})
+				return err == nil, err
+			}
+			idx := keyBlock(k)
 			if seen[idx] {
 				return true, nil
 			}
@@ -295,6 +309,12 @@ func refBytes(v []byte, bs uint64) int64 {
 			return patchBytes(edits)
 		}
 		return chunkRefBytes(v)
+	case len(v) >= 5 && v[0] == refExtent:
+		var n int64
+		for sl := v[5:]; len(sl) >= sliceLen; sl = sl[sliceLen:] {
+			n += int64(binary.BigEndian.Uint32(sl[36:]))
+		}
+		return n
 	}
 	return 0
 }

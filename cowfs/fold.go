@@ -83,9 +83,17 @@ func (f *View) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) er
 			kb := len(e.k) + lim.OpBytes
 			switch e.k[len(pfx)] {
 			case kindInode:
-				return 3, 4, 6*kb + 2*len(e.v) + int(f.bs) + 64
+				// And the extent straddling its cut: a read and two
+				// writes.
+				return 5, 5, 8*kb + 2*len(e.v) + int(f.bs) + 64 + 8<<10
 			case kindEntry:
 				return 1, 2, 3*kb + len(e.v)
+			case kindData:
+				if isExtentKey(e.k) && len(e.v) >= 5 {
+					// foldExtent: a read and a write per block.
+					n := int(binary.BigEndian.Uint32(e.v[1:5]))
+					return n, n, n * (kb + 256)
+				}
 			}
 			return 1, 0, kb + len(e.v)
 		}
@@ -126,7 +134,17 @@ func (f *View) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) er
 						return err
 					}
 				case len(rest) == 17 && rest[0] == kindData:
+					// x's block replaces y's, and any extent of y's
+					// covering it is split.
+					ino, idx := InodeID(binary.BigEndian.Uint64(rest[1:])), binary.BigEndian.Uint64(rest[9:])
+					if err := f.splitExtents(tx, y, ino, idx, idx, false, refs); err != nil {
+						return err
+					}
 					if err := refs.set(tx, yk, e.v); err != nil {
+						return err
+					}
+				case len(rest) == 18 && rest[0] == kindData:
+					if err := f.foldExtent(tx, x, y, e.k, e.v, refs); err != nil {
 						return err
 					}
 				default:
@@ -167,8 +185,22 @@ func (f *View) dropHidden(ctx context.Context, y LayerID, ino InodeID, xv []byte
 				return err // foldInode deletes nothing of y then
 			}
 			return tx.Iterate(dataPrefix(y, ino), dataKey(y, ino, first), true, func(k, _ []byte) (bool, error) {
-				if binary.BigEndian.Uint64(k[len(k)-8:]) == first && cut%f.bs != 0 {
+				if keyBlock(k) == first && cut%f.bs != 0 {
 					return true, nil
+				}
+				if isExtentKey(k) {
+					// One straddling the cut is foldInode's to cut.
+					v, err := tx.Get(k)
+					if err != nil {
+						return false, err
+					}
+					e, err := decodeExtent(keyBlock(k), v, f.bs)
+					if err != nil {
+						return false, err
+					}
+					if e.first < first || (e.first == first && cut%f.bs != 0) {
+						return true, nil
+					}
 				}
 				keys = append(keys, append([]byte(nil), k...))
 				return len(keys) < n, nil
@@ -233,15 +265,25 @@ func (f *View) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID, refs *refL
 	}
 	// y's own blocks at or beyond cut are hidden by x: drop or trim them.
 	first := cut / f.bs
-	var keys [][]byte
-	var trim []byte
-	err = tx.Iterate(dataPrefix(y, ino), dataKey(y, ino, first), false, func(k, v []byte) (bool, error) {
-		idx := binary.BigEndian.Uint64(k[len(k)-8:])
-		if idx == first && cut%f.bs != 0 {
-			trim = append([]byte(nil), v...)
-			return true, nil
+	from := first // blocks from here on go
+	if cut%f.bs != 0 {
+		from++
+	}
+	if err := f.cutExtentsFrom(tx, y, ino, from, refs); err != nil {
+		return err
+	}
+	if from > first {
+		// The straddling block, if the last of an extent, gets its own
+		// reference, to trim.
+		if err := f.splitExtents(tx, y, ino, first, first, true, refs); err != nil {
+			return err
 		}
-		keys = append(keys, append([]byte(nil), k...))
+	}
+	var keys [][]byte
+	err = tx.Iterate(dataPrefix(y, ino), dataKey(y, ino, first), true, func(k, _ []byte) (bool, error) {
+		if keyBlock(k) >= from {
+			keys = append(keys, append([]byte(nil), k...))
+		}
 		return true, nil
 	})
 	if err != nil {
@@ -249,6 +291,15 @@ func (f *View) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID, refs *refL
 	}
 	for _, k := range keys {
 		if err := tx.Delete(k); err != nil {
+			return err
+		}
+	}
+	var trim []byte
+	if from > first {
+		switch v, err := tx.Get(dataKey(y, ino, first)); {
+		case err == nil:
+			trim = v
+		case !errors.Is(err, kv.ErrNotFound):
 			return err
 		}
 	}
@@ -273,4 +324,36 @@ func (f *View) foldInode(tx kv.Txn, ino InodeID, v []byte, y LayerID, refs *refL
 		xn.Cut = 0
 	}
 	return tx.Set(inodeKey(y, ino), xn.encode())
+}
+
+// foldExtent copies the extent of layer x under key k (reference v) into
+// y, where it replaces y's references of the blocks it covers (x holds no
+// other reference of them: extents and block references of a layer never
+// overlap).
+func (f *View) foldExtent(tx kv.Txn, x, y LayerID, k, v []byte, refs *refLog) error {
+	ino := InodeID(binary.BigEndian.Uint64(k[10:18]))
+	e, err := decodeExtent(keyBlock(k), v, f.bs)
+	if err != nil {
+		return err
+	}
+	if err := f.splitExtents(tx, y, ino, e.first, e.last, false, refs); err != nil {
+		return err
+	}
+	var keys [][]byte
+	err = tx.Iterate(dataPrefix(y, ino), dataKey(y, ino, e.first), true, func(k, _ []byte) (bool, error) {
+		if keyBlock(k) > e.last {
+			return false, nil
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if err := tx.Delete(k); err != nil {
+			return err
+		}
+	}
+	return refs.set(tx, append(layerPrefix(y), k[9:]...), v)
 }

@@ -11,6 +11,7 @@ import (
 //	'l' layer(8) 'i' ino(8)            inode record (or tombstone)
 //	'l' layer(8) 'e' dir(8) slot(8)    directory entry (or whiteout)
 //	'l' layer(8) 'd' ino(8) block(8)   block reference
+//	'l' layer(8) 'd' ino(8) last(8) 'x'  extent reference: blocks up to last (extent.go)
 //	'l' layer(8) 's' dir(8) slot(8)    a silly-rename name was linked there
 //	'L' layer(8)                       layer record: below(8)
 //	'c' hash(32)                       block content, stored once per hash (unless Options.Blobs holds it: content.go)
@@ -52,8 +53,11 @@ func dataKey(l LayerID, ino InodeID, block uint64) []byte {
 	return u64(dataPrefix(l, ino), block)
 }
 
-// isDataKey reports whether k is a block-reference key.
-func isDataKey(k []byte) bool { return len(k) == 26 && k[0] == pfxLayerData && k[9] == kindData }
+// isDataKey reports whether k is a block-reference key (of a block or
+// an extent).
+func isDataKey(k []byte) bool {
+	return (len(k) == 26 || len(k) == 27 && k[26] == extentMark) && k[0] == pfxLayerData && k[9] == kindData
+}
 
 func sillyPrefix(l LayerID) []byte { return append(layerPrefix(l), kindSilly) }
 

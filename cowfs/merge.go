@@ -2,7 +2,6 @@ package cowfs
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"path"
 	"sort"
@@ -367,22 +366,23 @@ func (f *View) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst Laye
 	for _, l := range layers {
 		pfx := dataPrefix(l, ino)
 		var inner error
-		err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
-			idx := binary.BigEndian.Uint64(k[len(k)-8:])
+		// one adds block idx with reference ref, unless found already;
+		// it reports whether the layer's blocks go on.
+		one := func(idx uint64, ref []byte) bool {
 			if seen[idx] {
-				return true, nil
+				return true
 			}
 			base := idx * f.bs
 			if base >= limit {
-				return false, nil
+				return false
 			}
 			seen[idx] = true
-			ref := append([]byte(nil), v...)
+			ref = append([]byte(nil), ref...)
 			if limit-base < f.bs {
 				// Straddles an upper cut: store the visible part only.
 				buf := make([]byte, f.bs)
 				if inner = br.content(resolved{ref: ref, limit: limit - base}, buf); inner != nil {
-					return false, inner
+					return false
 				}
 				var c *[2][]byte
 				ref, c = f.blockRef(buf[:limit-base])
@@ -391,7 +391,23 @@ func (f *View) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst Laye
 				}
 			}
 			out = append(out, [2][]byte{dataKey(dst, ino, idx), ref})
-			return true, nil
+			return true
+		}
+		err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
+			if isExtentKey(k) {
+				// One reference per block: the blocks a layer's own
+				// references cover were seen first.
+				e, err := decodeExtent(keyBlock(k), v, f.bs)
+				if err != nil {
+					return false, err
+				}
+				more := true
+				if err := e.blockRefs(f.bs, 0, e.last, func(idx uint64, ref []byte) bool { more = one(idx, ref); return more }); err != nil {
+					return false, err
+				}
+				return more && inner == nil, inner
+			}
+			return one(keyBlock(k), v) && inner == nil, inner
 		})
 		if err != nil {
 			return nil, 0, err

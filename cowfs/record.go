@@ -182,4 +182,7 @@ const (
 	// refChunks, count(1), then count times [hash(32) offset(4) length(4)],
 	// then (offset u32, length u32, bytes)...
 	refChunks = 5
+	// refExtent: the blocks of an extent (see extent.go), under an extent
+	// key: refExtent, blocks(4), then [hash(32) offset(4) length(4)]...
+	refExtent = 6
 )

@@ -198,7 +198,7 @@ func TestServeOnEtcdAndS3(t *testing.T) {
 			switch {
 			case k[0] == 'c':
 				content++
-			case k[0] == 'l' && len(k) == 26 && k[9] == 'd':
+			case k[0] == 'l' && (len(k) == 26 || len(k) == 27 && k[26] == 'x') && k[9] == 'd': // blocks and extents
 				refs++
 			}
 			return true, nil

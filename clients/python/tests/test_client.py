@@ -176,7 +176,7 @@ class ClientTest(unittest.TestCase):
         self.ws.abort(n)
         self.assertNotIn(n, self.ws.unique())
         res = self.ws.gc()
-        self.assertEqual(sorted(res["rechunk"]), ["blocks", "bytes", "chunks"])
+        self.assertEqual(sorted(res["rechunk"]), ["blocks", "bytes", "chunks", "extents"])
         self.assertGreaterEqual(res["rechunk"]["blocks"], 0)
         self.assertGreaterEqual(res["reclaim"]["layers"], 0)
         self.assertGreater(res["disk_before"], 0)
