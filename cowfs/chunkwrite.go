@@ -14,8 +14,9 @@ import (
 // knows a file's bytes in order and in full, so it stores them as Rechunk
 // would have left them: the same chunker (newChunker) cuts the stream, each
 // chunk is stored once under its hash, and each block gets the chunk
-// reference naming its slices. A fresh store then has nothing for GC to
-// rechunk, and shifted copies of imported data dedupe at once.
+// reference naming its slices, each run of blocks in a transaction one
+// extent (extent.go). A fresh store then has nothing for GC to rechunk,
+// and shifted copies of imported data dedupe at once.
 
 // WriteChunked writes the bytes of r to regular file ino, which must be
 // empty, as content-defined chunks, and returns the file's attributes and
@@ -158,10 +159,16 @@ func (f *View) putChunked(ino InodeID, from, to int64, blocks []chunkedBlock, ne
 		if err := f.s.putContents(f.ctx, tx, cs); err != nil {
 			return err
 		}
-		for _, b := range blocks {
-			if err := refs.set(tx, dataKey(st.stack[0], ino, b.idx), b.ref); err != nil {
-				return err
+		// The new blocks lie past the file's end: the top layer holds
+		// nothing there, so runs of them become extents at once.
+		err := groupExtents(blocks, func(last uint64, ref []byte, extent bool) error {
+			if extent {
+				return refs.set(tx, extentKey(st.stack[0], ino, last), ref)
 			}
+			return refs.set(tx, dataKey(st.stack[0], ino, last), ref)
+		})
+		if err != nil {
+			return err
 		}
 		n.Size = uint64(to)
 		n.Used = usedFor(n.Size)

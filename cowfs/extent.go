@@ -352,22 +352,14 @@ func (s *Store) coalesce(ctx context.Context, l LayerID) (int, error) {
 // by one extent, if they are all still as read; it reports whether it
 // did.
 func (s *Store) swapExtent(ctx context.Context, l LayerID, ino InodeID, run []extentBlock) (bool, error) {
-	var slices []chunkSlice
-	for _, b := range run {
-		sl, _, _ := chunkRefParts(b.ref)
-		for ; len(sl) > 0; sl = sl[sliceLen:] {
-			c := chunkSlice{h: sl[:32], off: binary.BigEndian.Uint32(sl[32:]), n: binary.BigEndian.Uint32(sl[36:])}
-			if p := len(slices) - 1; p >= 0 && bytes.Equal(slices[p].h, c.h) && slices[p].off+slices[p].n == c.off {
-				slices[p].n += c.n // the same chunk, on across the block boundary
-				continue
-			}
-			slices = append(slices, c)
-		}
+	refs := make([][]byte, len(run))
+	for i, b := range run {
+		refs[i] = b.ref
 	}
-	ref := appendExtentRef(nil, uint32(len(run)), slices)
+	ref := extentRefOf(refs)
 	last := run[len(run)-1].idx
 	swapped := false
-	err := s.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
+	err := s.updateRefs(ctx, func(tx kv.Txn, log *refLog) error {
 		swapped = false
 		for _, b := range run {
 			v, err := tx.Get(dataKey(l, ino, b.idx))
@@ -387,7 +379,65 @@ func (s *Store) swapExtent(ctx context.Context, l LayerID, ino InodeID, run []ex
 			}
 		}
 		swapped = true
-		return refs.set(tx, extentKey(l, ino, last), ref)
+		return log.set(tx, extentKey(l, ino, last), ref)
 	})
 	return swapped, err
+}
+
+// extentRefOf returns the extent reference of consecutive blocks with
+// chunk references refs (without edits; each block whole but the last),
+// joining the slices of a chunk that runs on across a block boundary.
+func extentRefOf(refs [][]byte) []byte {
+	var slices []chunkSlice
+	for _, ref := range refs {
+		sl, _, _ := chunkRefParts(ref)
+		for ; len(sl) > 0; sl = sl[sliceLen:] {
+			c := chunkSlice{h: sl[:32], off: binary.BigEndian.Uint32(sl[32:]), n: binary.BigEndian.Uint32(sl[36:])}
+			if p := len(slices) - 1; p >= 0 && bytes.Equal(slices[p].h, c.h) && slices[p].off+slices[p].n == c.off {
+				slices[p].n += c.n // the same chunk, on across the block boundary
+				continue
+			}
+			slices = append(slices, c)
+		}
+	}
+	return appendExtentRef(nil, uint32(len(refs)), slices)
+}
+
+// groupExtents splits consecutive blocks with chunk references (each
+// whole but the last) into runs an extent takes (at most maxExtentSlices
+// joined slices and maxExtentBlocks blocks), and calls fn with each run's
+// key block and reference: an extent's for a run of two or more, the
+// block's own for a run of one.
+func groupExtents(blocks []chunkedBlock, fn func(last uint64, ref []byte, extent bool) error) error {
+	var run [][]byte
+	slices := 0
+	flush := func(last uint64) error {
+		defer func() { run, slices = run[:0], 0 }()
+		switch len(run) {
+		case 0:
+			return nil
+		case 1:
+			return fn(last, run[0], false)
+		}
+		return fn(last, extentRefOf(run), true)
+	}
+	for i, b := range blocks {
+		var prev []byte
+		if len(run) > 0 {
+			prev = run[len(run)-1]
+		}
+		k := joined(prev, b.ref)
+		if len(run) > 0 && (slices+k > maxExtentSlices || len(run) >= maxExtentBlocks) {
+			if err := flush(blocks[i-1].idx); err != nil {
+				return err
+			}
+			k = joined(nil, b.ref)
+		}
+		run = append(run, b.ref)
+		slices += k
+	}
+	if len(blocks) == 0 {
+		return nil
+	}
+	return flush(blocks[len(blocks)-1].idx)
 }

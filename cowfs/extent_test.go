@@ -381,3 +381,41 @@ func sweep(t *testing.T, s *Store) {
 		t.Fatal(err)
 	}
 }
+
+// TestWriteChunkedWritesExtents: a chunked write (an import) stores runs
+// of blocks as extents at once, each within maxExtentSlices, so GC finds
+// nothing to rechunk or coalesce after it, and the file reads back.
+func TestWriteChunkedWritesExtents(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	f, st, sto := newTestFS(t, Options{BlockSize: bs})
+	data := make([]byte, 3<<20+123)
+	rand.NewChaCha8([32]byte{3}).Read(data)
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.WriteChunked(a.Ino, bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	keys := layerKeys(t, st, bs, f.Top(), a.Ino)
+	extents := 0
+	for _, k := range keys {
+		if k[0] == 'x' {
+			extents++
+		}
+	}
+	if blocks := (len(data) + bs - 1) / bs; extents == 0 || len(keys) > blocks/8 {
+		t.Fatalf("a chunked write of %d blocks left %d keys, %d of them extents; want a few extents", blocks, len(keys), extents)
+	}
+	rs, err := sto.Rechunk(ctx, f.Top(), 1<<40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs != (RechunkStats{}) {
+		t.Fatalf("rechunking after a chunked write did %+v, want nothing", rs)
+	}
+	if got := readAll(t, f, a.Ino, len(data)); !bytes.Equal(got, data) {
+		t.Fatal("the chunked write reads back other bytes")
+	}
+}
