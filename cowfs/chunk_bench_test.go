@@ -10,12 +10,14 @@ import (
 )
 
 // BenchmarkChunks compares 1 MiB and 4 KiB reads of a 32 MiB file in
-// plain 32 KiB blocks and after rechunking, and measures rechunking.
+// plain 32 KiB blocks, after rechunking into chunk references one per
+// block (what stores held before extents), and after rechunking into
+// extents, and measures rechunking.
 func BenchmarkChunks(b *testing.B) {
 	const bs = 32 << 10
 	data := make([]byte, 32<<20)
 	rand.NewChaCha8([32]byte{4}).Read(data)
-	setup := func(b *testing.B, chunked bool) (*View, InodeID) {
+	setup := func(b *testing.B, kind string) (*View, InodeID) {
 		f, _, sto := newDiskFS(b, Options{BlockSize: bs})
 		a, _ := f.Create(RootIno, "f", CreateGuarded, NewAttr{Mode: 0o644}, 0)
 		for off := 0; off < len(data); off += 1 << 20 {
@@ -23,18 +25,22 @@ func BenchmarkChunks(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		if chunked {
-			if _, err := sto.Rechunk(context.Background(), f.Top(), 1<<40); err != nil {
-				b.Fatal(err)
-			}
+		var err error
+		switch kind {
+		case "chunked":
+			_, err = sto.rechunkPlain(context.Background(), f.Top(), 1<<40)
+		case "extents":
+			_, err = sto.Rechunk(context.Background(), f.Top(), 1<<40)
+		}
+		if err != nil {
+			b.Fatal(err)
 		}
 		return f, a.Ino
 	}
-	for _, chunked := range []bool{false, true} {
-		kind := map[bool]string{false: "plain", true: "chunked"}[chunked]
+	for _, kind := range []string{"plain", "chunked", "extents"} {
 		for _, size := range []int{1 << 20, 4 << 10} {
 			b.Run(fmt.Sprintf("%s/read=%dKiB", kind, size>>10), func(b *testing.B) {
-				f, ino := setup(b, chunked)
+				f, ino := setup(b, kind)
 				buf := make([]byte, size)
 				r := rand.New(rand.NewPCG(1, 2))
 				b.SetBytes(int64(size))
