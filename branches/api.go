@@ -29,10 +29,14 @@ type Info struct {
 	InvalidatedBy string    `json:"invalidated_by,omitempty"` // which commit invalidated it
 	ForkTime      time.Time `json:"fork_time"`
 	ForkedFrom    string    `json:"forked_from,omitempty"` // checkpoint label it was forked from
-	BytesChanged  int64     `json:"bytes_changed"`         // data bytes written since the fork
-	Depth         int       `json:"depth"`                 // 0 for main
-	Checkpoints   []string  `json:"checkpoints,omitempty"`
-	Children      []string  `json:"children,omitempty"` // live children
+	// Owner is the server that forked it or last took it over, when
+	// several servers share the store (it owns the branch while its lease
+	// lives: see Manager.Takeover).
+	Owner        string   `json:"owner,omitempty"`
+	BytesChanged int64    `json:"bytes_changed"` // data bytes written since the fork
+	Depth        int      `json:"depth"`         // 0 for main
+	Checkpoints  []string `json:"checkpoints,omitempty"`
+	Children     []string `json:"children,omitempty"` // live children
 }
 
 // CommitResult tells what a commit did.

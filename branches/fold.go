@@ -78,7 +78,7 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 	}
 	m.mu.RUnlock()
 	// Re-point every reference to x at y, atomically.
-	var recs []record
+	var recs, olds []record
 	m.mu.RLock()
 	for _, b := range m.byID {
 		r := b.rec
@@ -86,6 +86,7 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 			continue
 		}
 		if r.Base == x || r.ParentTop == x || r.Top == x {
+			olds = append(olds, r)
 			if r.Base == x {
 				r.Base = y
 			}
@@ -137,7 +138,12 @@ func (m *Manager) foldOne(ctx context.Context) (bool, error) {
 				return err
 			}
 		}
-		for _, r := range recs {
+		for i, r := range recs {
+			// Another server's change since is not overwritten: the
+			// fold fails and a later pass tries again.
+			if err := checkStored(tx, olds[i]); err != nil {
+				return err
+			}
 			if err := putRecord(tx, r); err != nil {
 				return err
 			}

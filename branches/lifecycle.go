@@ -20,6 +20,10 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	if err := CheckName(name); err != nil {
 		return Info{}, err
 	}
+	return retryChanged(ctx, m, parent, func() (Info, error) { return m.forkOnce(ctx, parent, name) })
+}
+
+func (m *Manager) forkOnce(ctx context.Context, parent, name string) (Info, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	p, err := m.live(parent)
@@ -32,7 +36,18 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	pfs := p.fs
 	pfs.Lock()
 	defer pfs.Unlock()
-	z, err := m.freezeTop(ctx, pfs)
+	// Another server writes the parent's top: it cannot be frozen from
+	// here, but the parent's last frozen layer is its state if that top
+	// is empty, which the transaction checks.
+	mayFreeze := m.owns(p)
+	var z freeze
+	if mayFreeze {
+		z, err = m.freezeTop(ctx, pfs)
+	} else if stack := pfs.StackLocked(); len(stack) > 1 {
+		z = freeze{v: pfs, stack: stack, frozen: stack[1:]}
+	} else {
+		err = m.notOwner(ctx, p, "fork from")
+	}
 	if err != nil {
 		return Info{}, err
 	}
@@ -44,10 +59,31 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	if m.owning() {
+		if _, _, err := m.claim(ctx, BranchID(id)); err != nil {
+			return Info{}, fmt.Errorf("branches: fork %s from %s: %w", name, parent, err)
+		}
+	}
 	prec := z.record(p.rec)
 	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
 		Base: z.frozen[0], ParentTop: prec.Top, ForkTime: time.Now().UTC(), ForkGen: p.rec.Gen}
+	if m.owning() {
+		crec.Owner = m.opts.Server
+	}
+	var unfrozen bool // the parent's top holds writes of its owner
 	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+		if !mayFreeze {
+			if err := checkRecord(tx.KV(), p.rec); err != nil {
+				return err
+			}
+			empty, err := tx.LayerEmpty(z.stack[0])
+			if err != nil {
+				return err
+			}
+			if unfrozen = !empty; unfrozen {
+				return ErrNotOwner
+			}
+		}
 		if err := z.put(tx, prec); err != nil {
 			return err
 		}
@@ -57,11 +93,18 @@ func (m *Manager) Fork(ctx context.Context, parent, name string) (Info, error) {
 		return putRecord(tx.KV(), crec)
 	})
 	if err != nil {
+		if m.owning() {
+			m.release(ctx, BranchID(id))
+		}
+		if unfrozen {
+			return Info{}, fmt.Errorf("%w (its owner has written to it since its last fork, checkpoint or commit)", m.notOwner(ctx, p, "fork from"))
+		}
 		return Info{}, fmt.Errorf("branches: fork %s from %s: %w", name, parent, mapErr(err))
 	}
 	m.installTop(p, z, prec)
 	c := &branch{rec: crec, fs: m.cow.FreshView(append([]cowfs.LayerID{ctop}, z.frozen...))}
 	m.mu.Lock()
+	m.setOwnedLocked(c, true)
 	m.byID[c.rec.ID], m.byName[name] = c, c
 	info := m.infoLocked(c)
 	m.mu.Unlock()
@@ -152,6 +195,21 @@ func checkRecord(tx kv.Txn, want record) error {
 	return nil
 }
 
+// checkStored is checkRecord for a record as the Manager holds it, whose
+// state may be invalidated in memory only (by a commit that raised its
+// parent's generation: see stale) while the store says live.
+func checkStored(tx kv.Txn, held record) error {
+	if held.State == StateInvalidated {
+		err := checkRecord(tx, held)
+		var ce *changedError
+		if !errors.As(err, &ce) || ce.stored.State != StateLive || ce.stored.Top != held.Top || ce.stored.Gen != held.Gen {
+			return err
+		}
+		return nil
+	}
+	return checkRecord(tx, held)
+}
+
 // installTop makes what put stored b's state in memory: the view's new
 // top and the record r. The caller holds opMu and the view's Lock.
 func (m *Manager) installTop(b *branch, z freeze, r record) {
@@ -204,6 +262,12 @@ func (m *Manager) ForkCheckpoint(ctx context.Context, parent, label, name string
 	}
 	crec := record{ID: BranchID(id), Name: name, Parent: p.rec.ID, State: StateLive, Top: ctop,
 		Base: cp.Layer, ForkTime: time.Now().UTC(), ForkedFrom: label, ForkGen: p.rec.Gen}
+	if m.owning() {
+		crec.Owner = m.opts.Server
+		if _, _, err := m.claim(ctx, BranchID(id)); err != nil {
+			return Info{}, fmt.Errorf("branches: fork %s from %s: %w", name, parent, err)
+		}
+	}
 	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
 		if err := tx.PutLayer(ctop, cp.Layer); err != nil {
 			return err
@@ -211,6 +275,9 @@ func (m *Manager) ForkCheckpoint(ctx context.Context, parent, label, name string
 		return putRecord(tx.KV(), crec)
 	})
 	if err != nil {
+		if m.owning() {
+			m.release(ctx, BranchID(id))
+		}
 		return Info{}, mapErr(err)
 	}
 	fs, err := m.cow.OpenView(ctx, ctop)
@@ -219,6 +286,7 @@ func (m *Manager) ForkCheckpoint(ctx context.Context, parent, label, name string
 	}
 	c := &branch{rec: crec, fs: fs}
 	m.mu.Lock()
+	m.setOwnedLocked(c, true)
 	m.byID[c.rec.ID], m.byName[name] = c, c
 	info := m.infoLocked(c)
 	m.mu.Unlock()
@@ -264,6 +332,39 @@ func (m *Manager) descendantsLocked(b *branch) []*branch {
 // changed on both sides is a conflict (nothing changes). Live siblings are
 // invalidated: the first commit wins.
 func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error) {
+	return retryChanged(ctx, m, name, func() (CommitResult, error) { return m.commitOnce(ctx, name) })
+}
+
+// retryChanged runs op, a lifecycle operation on branch name, again when
+// it failed because another server changed a record this Manager had
+// not caught up with yet (its fork or checkpoint froze a shared parent's
+// top, or its commit's merge started): it reads those records first. A
+// commit that won meanwhile leaves name invalidated, and op then says
+// so. On a store of its own it runs op once.
+func retryChanged[T any](ctx context.Context, m *Manager, name string, op func() (T, error)) (T, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := op()
+		var ce *changedError
+		if !m.owning() || attempt == changedAttempts || !errors.As(err, &ce) {
+			return res, err
+		}
+		m.mu.RLock()
+		ids := []BranchID{ce.stored.ID}
+		if b, ok := m.byName[name]; ok {
+			ids = append(ids, b.rec.ID, b.rec.Parent)
+		}
+		m.mu.RUnlock()
+		if err := m.refresh(ctx, ids); err != nil {
+			return res, err
+		}
+		sleepCtx(ctx, time.Duration(attempt)*20*time.Millisecond)
+	}
+}
+
+// changedAttempts bounds retryChanged's attempts.
+const changedAttempts = 8
+
+func (m *Manager) commitOnce(ctx context.Context, name string) (CommitResult, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	c, err := m.live(name)
@@ -289,6 +390,12 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 			return CommitResult{}, &InvalidatedError{Branch: p.rec.Name, By: p.rec.InvalidatedBy}
 		}
 		return CommitResult{}, fmt.Errorf("%w: parent of %q is gone", ErrStale, name)
+	}
+	if !m.ownedOnly(c) {
+		return CommitResult{}, m.notOwner(ctx, c, "commit")
+	}
+	if !m.owns(p) {
+		return CommitResult{}, m.notOwner(ctx, p, "commit into")
 	}
 	res := CommitResult{Branch: name, Parent: p.rec.Name}
 	cfs, pfs := c.fs, p.fs
@@ -388,6 +495,9 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 	}
 	m.mu.Unlock()
 	sort.Strings(res.Invalidated)
+	if m.owning() {
+		m.release(ctx, crec.ID)
+	}
 	if err := m.cow.PurgeData(ctx, cstack[0], purge); err != nil {
 		// Committed; the blocks of the dropped files stay until their
 		// layer is reclaimed.
@@ -528,6 +638,12 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 	if b.rec.Parent == 0 {
 		return AbortResult{}, fmt.Errorf("%w: %q is the root branch and cannot be aborted", ErrReadOnly, name)
 	}
+	if m.owning() {
+		// A branch whose owner is gone is aborted from any server.
+		if err := m.takeover(ctx, b, "abort"); err != nil {
+			return AbortResult{}, err
+		}
+	}
 	// Descendants go before their ancestors (victims lists each branch
 	// before its descendants), in as many transactions as the store's
 	// Limits need: a crash or an error between two leaves a branch live
@@ -554,7 +670,11 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 			recs[i].State = StateAborted
 		}
 		err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
-			for _, r := range recs {
+			for i, r := range recs {
+				// Another server's change since is not overwritten.
+				if err := checkStored(tx, batch[i].rec); err != nil {
+					return err
+				}
 				if err := putRecord(tx, r); err != nil {
 					return err
 				}
@@ -568,7 +688,11 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 			return res, fmt.Errorf("branches: abort %s: %w", name, mapErr(err))
 		}
 		m.mu.Lock()
+		var owned []BranchID
 		for i, v := range batch {
+			if v.owned {
+				owned = append(owned, v.rec.ID)
+			}
 			v.fs.Invalidate(fmt.Errorf("%w: branch %q was aborted", ErrStale, v.rec.Name))
 			v.rec = recs[i]
 			delete(m.byName, v.rec.Name)
@@ -576,6 +700,9 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 			res.Aborted = append(res.Aborted, v.rec.Name)
 		}
 		m.mu.Unlock()
+		for _, id := range owned {
+			m.release(ctx, id)
+		}
 	}
 	slices.Reverse(res.Aborted)
 	m.kickReclaim()
@@ -587,11 +714,18 @@ func (m *Manager) Checkpoint(ctx context.Context, name, label string) (Checkpoin
 	if err := CheckName(label); err != nil {
 		return Checkpoint{}, err
 	}
+	return retryChanged(ctx, m, name, func() (Checkpoint, error) { return m.checkpointOnce(ctx, name, label) })
+}
+
+func (m *Manager) checkpointOnce(ctx context.Context, name, label string) (Checkpoint, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	b, err := m.live(name)
 	if err != nil {
 		return Checkpoint{}, err
+	}
+	if !m.owns(b) {
+		return Checkpoint{}, m.notOwner(ctx, b, "checkpoint")
 	}
 	if _, err := m.checkpoint(ctx, b, label); err == nil {
 		return Checkpoint{}, fmt.Errorf("%w: checkpoint %q of %q", ErrExists, label, name)
@@ -651,6 +785,9 @@ func (m *Manager) Restore(ctx context.Context, name, label string) error {
 	b, err := m.live(name)
 	if err != nil {
 		return err
+	}
+	if !m.owns(b) {
+		return m.notOwner(ctx, b, "restore")
 	}
 	cp, err := m.checkpoint(ctx, b, label)
 	if err != nil {

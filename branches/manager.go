@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path"
 	"regexp"
 	"sort"
@@ -62,6 +63,17 @@ type Options struct {
 	// the other servers' changes (refresh.go); nil when this Manager is
 	// the store's only user.
 	Coord Coord
+	// Leases, for a store shared by several servers, makes each live
+	// branch writable through one server at a time, its owner (owner.go);
+	// nil when this Manager is the store's only user.
+	Leases Leases
+	// LeaseTTL is the TTL of the ownership lease (default 10s): how long
+	// after this server stops its branches stay its own.
+	LeaseTTL time.Duration
+	// Server names this server as the owner of its branches (default
+	// host name and pid). A process that opens the store with the name of
+	// an earlier one, gone, takes its branches back.
+	Server string
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -80,6 +92,13 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.GCIdle == 0 {
 		o.GCIdle = 10 * time.Second
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 10 * time.Second
+	}
+	if o.Server == "" {
+		host, _ := os.Hostname()
+		o.Server = fmt.Sprintf("%s pid %d", host, os.Getpid())
 	}
 	o.FS.EnsureDefaults()
 }
@@ -116,6 +135,10 @@ type record struct {
 	ParentTop  cowfs.LayerID `json:"parent_top,omitempty"`
 	ForkTime   time.Time     `json:"fork_time"`
 	ForkedFrom string        `json:"forked_from,omitempty"`
+	// Owner is the server that forked the branch or last took it over
+	// (several servers: owner.go); it claims the branch again when it
+	// restarts.
+	Owner string `json:"owner,omitempty"`
 	// Gen counts the commits into this branch. A commit invalidates its
 	// live siblings by raising its parent's Gen past their ForkGen (one
 	// write whatever their number): a branch is invalidated when its
@@ -188,8 +211,9 @@ type checkpointRec struct {
 }
 
 type branch struct {
-	rec record
-	fs  *cowfs.View // nil once committed or aborted
+	rec   record
+	fs    *cowfs.View // nil once committed or aborted
+	owned bool        // this server owns it (Options.Leases; m.mu)
 }
 
 // releaseLocked forgets a committed or aborted branch, whose record is
@@ -239,6 +263,7 @@ type Manager struct {
 	}
 
 	refreshed atomic.Int64 // watch events applied (refresh.go)
+	lease     Lease        // ownership (owner.go); protected by mu
 
 	reclaim chan struct{}
 	cancel  context.CancelFunc
@@ -293,6 +318,15 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		m.wg.Add(1)
 		go m.reclaimLoop(rctx)
 		m.kickReclaim()
+	}
+	if opts.Leases != nil {
+		if err := m.startOwnership(ctx); err != nil {
+			cancel()
+			m.wg.Wait()
+			return nil, err
+		}
+		m.wg.Add(1)
+		go m.leaseLoop(rctx)
 	}
 	if opts.Coord != nil {
 		m.wg.Add(1)
@@ -503,7 +537,7 @@ func (m *Manager) ignore(name string) bool {
 func (m *Manager) infoLocked(b *branch) Info {
 	r := b.rec
 	in := Info{ID: r.ID, Name: r.Name, ParentID: r.Parent, State: r.State, InvalidatedBy: r.InvalidatedBy,
-		ForkTime: r.ForkTime, ForkedFrom: r.ForkedFrom}
+		ForkTime: r.ForkTime, ForkedFrom: r.ForkedFrom, Owner: r.Owner}
 	depth := 0
 	for p := r.Parent; p != 0; depth++ {
 		pb, ok := m.byID[p]

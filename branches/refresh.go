@@ -182,6 +182,9 @@ func (m *Manager) applyRecords(ctx context.Context, recs map[BranchID]*record) e
 				what = string(r.State)
 			}
 			b.fs.Invalidate(fmt.Errorf("%w: branch %q was %s by another server", ErrStale, b.rec.Name, what))
+			if b.owned {
+				m.release(ctx, id)
+			}
 			m.mu.Lock()
 			if r != nil {
 				b.rec = *r
@@ -238,6 +241,7 @@ func (m *Manager) applyRecords(ctx context.Context, recs map[BranchID]*record) e
 		}
 		b := &branch{rec: *r, fs: fs}
 		m.mu.Lock()
+		m.setOwnedLocked(b, false)
 		m.byID[id], m.byName[r.Name] = b, b
 		m.mu.Unlock()
 	}

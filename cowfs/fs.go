@@ -117,6 +117,8 @@ type View struct {
 	// dirty is false only while the top layer is known to be empty: it was
 	// installed fresh by SetFreshStackLocked and nothing wrote since.
 	dirty atomic.Bool
+	// ro refuses writes with EROFS while set (SetReadOnly).
+	ro atomic.Bool
 
 	mu    sync.RWMutex // protects the following
 	stack []LayerID    // top first
@@ -204,6 +206,10 @@ func (f *View) SetFreshStackLocked(stack []LayerID) {
 	f.dirty.Store(false)
 }
 
+// SetReadOnly makes later writes fail with EROFS while ro is set (a
+// branch another server writes), and allows them again once it is not.
+func (f *View) SetReadOnly(ro bool) { f.ro.Store(ro) }
+
 // TopDirty reports whether the top layer may hold writes. False means it
 // is certainly empty; true means it may be (check with LayerEmpty).
 func (f *View) TopDirty() bool { return f.dirty.Load() }
@@ -250,7 +256,7 @@ func (f *View) begin(write bool) (state, error) {
 	if f.err != nil {
 		return state{}, syscall.ESTALE
 	}
-	if write && f.opts.ReadOnly {
+	if write && (f.opts.ReadOnly || f.ro.Load()) {
 		return state{}, syscall.EROFS
 	}
 	return state{stack: f.stack}, nil

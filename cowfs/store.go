@@ -163,6 +163,10 @@ func (s *Store) LayerEmpty(ctx context.Context, l LayerID) (bool, error) {
 	return empty, err
 }
 
+// LayerEmpty is Store.LayerEmpty in a transaction: an Update that asks
+// conflicts with a write into l committed meanwhile.
+func (t *Txn) LayerEmpty(l LayerID) (bool, error) { return layerEmpty(t.tx, l) }
+
 // Sync makes everything written so far durable against power loss.
 func (s *Store) Sync(ctx context.Context) error { return s.kv.Sync(ctx) }
 

@@ -45,7 +45,8 @@ func nfsStatus(err error) (st nfs.NFSStatus, ok bool) {
 		return nfs.NFSStatusNoEnt, true
 	case errors.Is(err, branches.ErrNoSpace):
 		return nfs.NFSStatusNoSPC, true
-	case errors.Is(err, branches.ErrReadOnly):
+	case errors.Is(err, branches.ErrReadOnly), errors.Is(err, branches.ErrNotOwner):
+		// Not owned: another server of a shared store writes the branch.
 		return nfs.NFSStatusROFS, true
 	}
 	var errno syscall.Errno

@@ -36,6 +36,7 @@ func TestNFSStatus(t *testing.T) {
 		{pe(syscall.EMLINK), nfs.NFSStatusMlink},
 		{syscall.EACCES, nfs.NFSStatusAccess},
 		{errBadHandle, nfs.NFSStatusBadHandle},
+		{&branches.NotOwnerError{Branch: "b", Owner: "h:/s", Op: "write"}, nfs.NFSStatusROFS},
 		{errNotSync, nfs.NFSStatusNotSync},
 		{errTooSmall, nfs.NFSStatusTooSmall},
 		{errBadType, nfs.NFSStatusBadType},

@@ -35,6 +35,7 @@ type serveOptions struct {
 	Reserve     string
 	Mount       string
 	Backend     backendFlags
+	LeaseTTL    time.Duration
 	// WorkdirRoot: testing only, see attemptOptions.WorkdirRoot.
 	WorkdirRoot string
 }
@@ -72,6 +73,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.WorkdirRoot, "workdir-root", "", "testing only: jobs run in DIR/BRANCH, a plain directory, instead of the mount")
 	cmd.Flags().MarkHidden("workdir-root")
 	o.Backend.AddFlags(cmd)
+	cmd.Flags().DurationVar(&o.LeaseTTL, "lease-ttl", 10*time.Second, "with --meta etcd: how long after this server stops answering its branches can be taken over by another server (whole seconds)")
 	cmd.Flags().StringVar(&o.Reserve, "reserve", "512MiB", "free space to keep on the store's disk: writes fail with ENOSPC before they would use it (0 disables the check; Badger then dies with SIGBUS on a full disk)")
 }
 
@@ -154,7 +156,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	_, statErr := os.Stat(dir)
 	dirExisted := statErr == nil
 	start := time.Now()
-	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, reserve: reserve, logger: logger, ignore: ignore, backend: backend, serve: true})
+	s, err := openStore(ctx, dir, openOptions{create: true, syncWrites: o.Sync, reserve: reserve, logger: logger, ignore: ignore, backend: backend, serve: true, leaseTTL: o.LeaseTTL})
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ const (
 	exitStoreBusy   = 12  // another process holds the store
 	exitMountFailed = 13  // mount or umount command failed
 	exitInUse       = 14  // commit or abort refused: NFS clients use the branch
+	exitNotOwner    = 15  // another server owns the branch (or none: takeover)
 	exitInterrupted = 130 // SIGINT/SIGTERM
 )
 
@@ -99,6 +100,8 @@ func exitCode(err error) int {
 		return exitHasChildren
 	case errors.Is(err, branches.ErrInvalidated), errors.Is(err, branches.ErrStale):
 		return exitInvalidated
+	case errors.Is(err, branches.ErrNotOwner):
+		return exitNotOwner
 	case errors.Is(err, branches.ErrReadOnly):
 		return exitReadOnly
 	case errors.Is(err, branches.ErrNoSpace), errors.Is(err, syscall.ENOSPC):
@@ -196,6 +199,7 @@ open the store directly when no server runs.`,
 		newListCommand(opts),
 		newDiffCommand(opts),
 		newGCCommand(opts),
+		newTakeoverCommand(opts),
 		newStatusCommand(opts),
 		newMountCommand(opts),
 		newUmountCommand(opts),

@@ -138,6 +138,7 @@ type openOptions struct {
 	ignore     []string       // non-nil: replaces the store's ignore list
 	backend    *backendConfig // from --meta and --blocks; nil: as recorded (backend.go)
 	serve      bool           // a server: on etcd, follow the other servers' changes
+	leaseTTL   time.Duration  // on etcd, of the branch ownership lease (0: default)
 }
 
 // openStore opens (or creates) the store in dir directly. The caller must
@@ -192,8 +193,9 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 	}
 	var coord *etcdkv.Coord
 	if be.Meta != "" {
-		// Other servers may share the store: learn of their changes
-		// (serve), and order block writes and sweeps with theirs.
+		// Other servers may share the store: own branches through a
+		// lease, learn of their changes (serve), and order block writes
+		// and sweeps with theirs.
 		if coord, err = etcdkv.OpenCoordURL(be.Meta, etcdkv.Options{Logger: logger}); err != nil {
 			closeBlocks(blocks)
 			st.Close()
@@ -211,8 +213,14 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		Logger: logger,
 		FS:     cowfs.Options{Logger: logger, StatDir: statDir, Blobs: blocks},
 	}
-	if coord != nil && oo.serve {
-		bo.Coord = coord
+	if coord != nil {
+		if oo.serve {
+			bo.Coord = coord
+		}
+		bo.Leases, bo.LeaseTTL = etcdLeases{coord}, oo.leaseTTL
+		// Stable across restarts, so a server takes back what it owned.
+		host, _ := os.Hostname()
+		bo.Server = host + ":" + dir
 	}
 	var leases *etcdkv.ServerLease
 	if coord != nil && blocks != nil {

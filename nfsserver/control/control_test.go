@@ -140,6 +140,7 @@ func TestErrorMapping(t *testing.T) {
 		{"conflict", &branches.ConflictError{Branch: "x", Parent: "main", Paths: []string{"a", "b/c"}}, CodeConflict, 409, branches.ErrConflict},
 		{"has_children", &branches.HasChildrenError{Branch: "x", Children: []string{"y"}}, CodeHasChildren, 409, branches.ErrHasChildren},
 		{"read_only", branches.ErrReadOnly, CodeReadOnly, 403, branches.ErrReadOnly},
+		{"not_owner", fmt.Errorf("%w: commit x: it is written through server h:/s", branches.ErrNotOwner), CodeNotOwner, 409, branches.ErrNotOwner},
 		{"no_space", fmt.Errorf("commit: %w", branches.ErrNoSpace), CodeNoSpace, 507, branches.ErrNoSpace},
 		{"internal", errors.New("disk on fire"), CodeInternal, 500, nil},
 	}

@@ -19,6 +19,7 @@ const (
 	CodeConflict     = "conflict"     // 409: merge conflict; "paths" lists them
 	CodeHasChildren  = "has_children" // 409: live children; "children" lists them
 	CodeReadOnly     = "read_only"    // 403: main cannot be committed or aborted
+	CodeNotOwner     = "not_owner"    // 409: another server (or none) owns the branch; see takeover
 	CodeNoSpace      = "no_space"     // 507: disk full, nothing changed
 	CodeInUse        = "in_use"       // 409: NFS clients use the branch; "clients" lists them
 	CodeBadRequest   = "bad_request"  // 400: malformed request, unknown endpoint (404)
@@ -86,6 +87,8 @@ func sentinel(code string) error {
 		return branches.ErrHasChildren
 	case CodeReadOnly:
 		return branches.ErrReadOnly
+	case CodeNotOwner:
+		return branches.ErrNotOwner
 	case CodeNoSpace:
 		return branches.ErrNoSpace
 	case CodeBadRequest:
@@ -113,6 +116,8 @@ func Classify(err error) (code string, status int) {
 		return CodeHasChildren, http.StatusConflict
 	case errors.Is(err, branches.ErrInvalidated), errors.Is(err, branches.ErrStale):
 		return CodeInvalidated, http.StatusGone
+	case errors.Is(err, branches.ErrNotOwner):
+		return CodeNotOwner, http.StatusConflict
 	case errors.Is(err, branches.ErrReadOnly):
 		return CodeReadOnly, http.StatusForbidden
 	case errors.Is(err, branches.ErrNoSpace):

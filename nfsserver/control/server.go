@@ -218,6 +218,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/branches/{name}/abort", s.abort)
 	mux.HandleFunc("POST /v1/branches/{name}/checkpoints", s.checkpoint)
 	mux.HandleFunc("POST /v1/branches/{name}/restore", s.restore)
+	mux.HandleFunc("POST /v1/branches/{name}/takeover", s.takeover)
 	s.jobRoutes(mux)
 	s.metaRoutes(mux)
 	mux.HandleFunc("POST /v1/gc", s.gc)
