@@ -17,8 +17,15 @@
 // publishes silly-renamed files, and the store's ignore list (ignore.go)
 // keeps names out of diffs and conflicts.
 //
+// Several servers may share one store (etcd): each Manager then follows
+// the others' changes to branch records through a watch (Options.Coord,
+// refresh.go), and each live branch is written through one server at a
+// time, its owner, by a lease (Options.Leases, owner.go); Takeover
+// claims a branch whose owner is gone.
+//
 // Errors are the sentinels of errors.go, tested with errors.Is; some come
 // as types carrying details (InvalidatedError, ConflictError,
-// HasChildrenError). Lifecycle operations are serialised per Manager;
-// View and ViewByID are cheap and safe to call on every NFS request.
+// HasChildrenError, NotOwnerError). Lifecycle operations are serialised
+// per Manager; View and ViewByID are cheap and safe to call on every NFS
+// request.
 package branches

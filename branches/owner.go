@@ -274,7 +274,7 @@ func (m *Manager) leaseLoop(ctx context.Context) {
 			}
 		}
 		m.mu.Unlock()
-		m.opts.Logger.Error("branches: this server's lease on the cluster was lost (no answer for its TTL): its branches are read-only here until it gets a new one and claims them again", "branches", len(had))
+		m.opts.Logger.Error("branches: this server's lease on the cluster was lost (revoked, or not renewed for its TTL while the cluster was out of reach): its branches are read-only here until it gets a new one and claims them again", "branches", len(had))
 		for ctx.Err() == nil {
 			nl, err := m.opts.Leases.Grant(ctx, m.opts.LeaseTTL)
 			if err == nil {

@@ -2,7 +2,10 @@ package branches_test
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"syscall"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/kv"
 	"github.com/branchnfs/branchnfs/kv/etcdkv"
 	"github.com/branchnfs/branchnfs/kv/etcdkv/etcdtest"
 )
@@ -179,4 +183,64 @@ func TestOwnership(t *testing.T) {
 		})
 	}
 
+}
+
+// TestOwnershipLeaseLost: when a server's lease goes (revoked here, as an
+// operator would free a stuck server's keys, or expired while the
+// cluster was out of reach), its Manager stops writing its branches,
+// grants a new lease, and claims again those no other server took: the
+// owner key comes back under the new lease and writes work again.
+func TestOwnershipLeaseLost(t *testing.T) {
+	ctx := context.Background()
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	o := etcdkv.Options{Prefix: "/lost/"}
+	co := c.NewCoord(t, o)
+	st := c.NewStore(t, o)
+	m, err := branches.Open(ctx, branches.Options{Store: st, Coord: co, Leases: leases{co},
+		LeaseTTL: 2 * time.Second, Server: "A", ReclaimDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	in := must(m.Fork(ctx, "main", "x"))(t)
+	write(t, m, "x", "f", "before")
+	key := binary.BigEndian.AppendUint64([]byte{'O'}, uint64(in.ID))
+	owner := func() (server string, lease int64, err error) {
+		err = st.View(ctx, func(tx kv.Txn) error {
+			v, err := tx.Get(key)
+			if err != nil {
+				return err
+			}
+			var rec struct {
+				Server string `json:"server"`
+				Lease  int64  `json:"lease"`
+			}
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return err
+			}
+			server, lease = rec.Server, rec.Lease
+			return nil
+		})
+		return server, lease, err
+	}
+	server, old, err := owner()
+	if err != nil || server != "A" {
+		t.Fatalf("x's owner key: %q, %v; want A", server, err)
+	}
+	if err := c.NewCoord(t, o).Revoke(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "x owned again under a new lease", func() error {
+		server, lease, err := owner()
+		if err != nil {
+			return err
+		}
+		if server != "A" || lease == old {
+			return fmt.Errorf("owner %q under lease %x, the revoked one %x", server, lease, old)
+		}
+		return tryWrite(m, "x", "g", "after")
+	})
+	if got := read(t, m, "x", "f"); got != "before" {
+		t.Fatalf("x/f after the lease came back: %q", got)
+	}
 }
