@@ -42,7 +42,10 @@
 //
 // Durability: etcd acknowledges a commit once a majority of its members
 // have fsynced it, so Sync has nothing left to do. Compact does nothing:
-// history compaction is the server's (--auto-compaction-retention).
+// history compaction is the server's (--auto-compaction-retention) and
+// ReclaimSpace's, which compacts only history older than
+// Options.Retention (default 1 hour), found from revision marks under
+// MarkPrefix, so that it never fails another process's reads.
 //
 // Concurrency: a store is safe for concurrent use; a transaction belongs
 // to the goroutine running its callback.

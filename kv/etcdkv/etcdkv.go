@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +43,14 @@ type Options struct {
 	// PageSize is how many keys one range request of Iterate fetches
 	// (default 256).
 	PageSize int
+	// Retention is how long ReclaimSpace keeps the cluster's history
+	// (default 1 hour): it compacts only up to a revision that was current
+	// at least this long ago (see ReclaimSpace), so a View, Snapshot or
+	// watch younger than it never fails with ErrCompacted because of a
+	// ReclaimSpace run by this or another process. It bounds how long
+	// they may live. Negative: compact up to the current revision, for a
+	// cluster that nothing else reads.
+	Retention time.Duration
 	// Logger receives warnings (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -64,6 +74,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.PageSize <= 0 {
 		o.PageSize = 256
+	}
+	if o.Retention == 0 {
+		o.Retention = time.Hour
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -285,12 +298,23 @@ func (s *store) Limits() kv.Limits {
 	}
 }
 
-// ReclaimSpace compacts the cluster's history up to the current revision
-// (for every prefix, not only this store's) and defragments each member in
-// turn, which gives the space of deleted and overwritten values back to
-// the filesystem. A defragmentation blocks reads and writes on its member
-// while it runs, and Views and Snapshots open elsewhere at older revisions
-// fail with ErrCompacted afterwards (Updates start over). DiskBefore and
+// ReclaimSpace compacts the cluster's history (for every prefix, not only
+// this store's) and defragments each member in turn, which gives the
+// space of deleted and overwritten values back to the filesystem. A
+// defragmentation blocks reads and writes on its member while it runs.
+//
+// Several processes read the cluster at once, so it never compacts to the
+// current revision (that would fail every View, Snapshot and watch open
+// elsewhere at an older one) but to a revision that was current at least
+// Options.Retention ago. It learns which from revision marks: keys under
+// MarkPrefix, cluster-wide like a compaction, that map a revision to the
+// time it was current. Each call records the current revision (unless a
+// mark younger than a tenth of the retention exists), compacts up to the
+// newest mark older than the retention, and deletes the marks at or
+// below it; so a cluster holds about eleven marks, and the first calls on
+// a new cluster compact nothing. Marks are judged by each writer's clock,
+// so the servers' clocks must agree to well within the retention. With a
+// negative retention it compacts to the current revision. DiskBefore and
 // DiskAfter are the database size of the first member that answers.
 func (s *store) ReclaimSpace(ctx context.Context) (kv.ReclaimStats, error) {
 	var st kv.ReclaimStats
@@ -301,15 +325,20 @@ func (s *store) ReclaimSpace(ctx context.Context) (kv.ReclaimStats, error) {
 	if st.DiskBefore, err = s.Size(); err != nil {
 		return st, err
 	}
-	rev, err := s.revision(ctx)
+	rev, err := s.compactTarget(ctx)
 	if err != nil {
 		return st, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-	_, err = s.cli.Compact(cctx, rev, clientv3.WithCompactPhysical())
-	cancel()
-	if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-		return st, fmt.Errorf("etcdkv: reclaim space: compact to revision %d: %w", rev, s.mapErr(err, 0))
+	if rev > 0 {
+		cctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+		_, err = s.cli.Compact(cctx, rev, clientv3.WithCompactPhysical())
+		cancel()
+		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+			return st, fmt.Errorf("etcdkv: reclaim space: compact to revision %d: %w", rev, s.mapErr(err, 0))
+		}
+		if err := s.dropMarks(ctx, rev); err != nil {
+			return st, err
+		}
 	}
 	for _, ep := range s.cli.Endpoints() {
 		// Defragmentation rewrites the member's whole database.
@@ -322,6 +351,79 @@ func (s *store) ReclaimSpace(ctx context.Context) (kv.ReclaimStats, error) {
 	}
 	st.DiskAfter, err = s.Size()
 	return st, err
+}
+
+// MarkPrefix is where ReclaimSpace keeps its revision marks: one key per
+// mark, MarkPrefix + the revision in 20 decimal digits, whose value is
+// the time it was current in Unix nanoseconds. They are outside every
+// store's prefix because a compaction is cluster-wide: every store on the
+// cluster, whatever its prefix, shares them.
+const MarkPrefix = "/branchnfs-compaction-marks/"
+
+func markKey(rev int64) string { return fmt.Sprintf("%s%020d", MarkPrefix, rev) }
+
+// compactTarget records a revision mark when none is recent and returns
+// the revision to compact up to: the newest mark older than the
+// retention, 0 for none (or the current revision, with a negative
+// retention).
+func (s *store) compactTarget(ctx context.Context) (int64, error) {
+	if s.opts.Retention < 0 {
+		return s.revision(ctx)
+	}
+	rctx, cancel := s.reqCtx(ctx)
+	resp, err := s.cli.Get(rctx, MarkPrefix, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("etcdkv: reclaim space: read the revision marks under %s: %w", MarkPrefix, s.mapErr(err, 0))
+	}
+	now := time.Now()
+	var target int64
+	var newest time.Time
+	for _, m := range resp.Kvs { // in key order: oldest revision first
+		rev, err1 := strconv.ParseInt(strings.TrimPrefix(string(m.Key), MarkPrefix), 10, 64)
+		ns, err2 := strconv.ParseInt(string(m.Value), 10, 64)
+		if err1 != nil || err2 != nil {
+			s.opts.Logger.Warn("etcdkv: reclaim space: a revision mark that is not one; delete it with etcdctl", "key", string(m.Key))
+			continue
+		}
+		at := time.Unix(0, ns)
+		if !now.Before(at.Add(s.opts.Retention)) {
+			target = rev
+		}
+		if at.After(newest) {
+			newest = at
+		}
+	}
+	if now.Sub(newest) >= s.opts.Retention/10 {
+		// The revision first, the time after: a View that starts after
+		// that time reads at this revision or a newer one.
+		rev, err := s.revision(ctx)
+		if err != nil {
+			return 0, err
+		}
+		rctx, cancel := s.reqCtx(ctx)
+		defer cancel()
+		_, err = s.cli.Put(rctx, markKey(rev), strconv.FormatInt(time.Now().UnixNano(), 10))
+		if err := s.mapErr(err, 0); errors.Is(err, kv.ErrNoSpace) {
+			// Over quota the compaction matters most: go on with the
+			// marks there are.
+			s.opts.Logger.Warn("etcdkv: reclaim space: no room for a revision mark; compacting up to the older marks", "err", err)
+		} else if err != nil {
+			return 0, fmt.Errorf("etcdkv: reclaim space: record a revision mark: %w", err)
+		}
+	}
+	return target, nil
+}
+
+// dropMarks deletes the revision marks at or below rev, which a later
+// compaction no longer needs.
+func (s *store) dropMarks(ctx context.Context, rev int64) error {
+	rctx, cancel := s.reqCtx(ctx)
+	defer cancel()
+	if _, err := s.cli.Delete(rctx, MarkPrefix, clientv3.WithRange(markKey(rev+1))); err != nil {
+		return fmt.Errorf("etcdkv: reclaim space: delete the revision marks up to %d: %w", rev, s.mapErr(err, 0))
+	}
+	return nil
 }
 
 // Close closes the client; closing again returns nil.

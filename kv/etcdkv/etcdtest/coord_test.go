@@ -226,7 +226,7 @@ func TestCoord(t *testing.T) {
 		}
 		// A watch from a revision the cluster compacted away fails
 		// cleanly.
-		if _, err := s.ReclaimSpace(ctx); err != nil {
+		if _, err := c.NewStore(t, etcdkv.Options{Retention: -1}).ReclaimSpace(ctx); err != nil {
 			t.Fatal(err)
 		}
 		err = w.Watch(ctx, []byte("inv/"), rev+1, func(etcdkv.Event) error { return nil })
