@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -325,17 +326,18 @@ func rechunkCrashChild(dir string, round int) error {
 		}
 		say(fmt.Sprintf("ACK %s %s %s", b, name, sha(data)))
 		if i%2 == 1 {
-			if _, err := m.GC(ctx); err != nil {
+			gs, err := m.GC(ctx)
+			if err != nil {
 				return err
 			}
-			say("GC")
+			say(fmt.Sprintf("GC %d", gs.Rechunk.Extents))
 		}
 	}
 	return m.Close()
 }
 
 // TestRechunkCrash kills a process with SIGKILL while it writes files and
-// rechunks them, and checks after each kill that every acknowledged file
+// rechunks them (into chunks, then extents), and checks after each kill that every acknowledged file
 // reads back whole (a chunk reference naming a deleted chunk reads EIO),
 // also after a GC and a sweep.
 func TestRechunkCrash(t *testing.T) {
@@ -363,7 +365,7 @@ func TestRechunkCrash(t *testing.T) {
 		rounds = 2
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
-	gcs := 0
+	gcs, extents := 0, 0
 	for round := 0; round < rounds; round++ {
 		cmd := exec.Command(exe, "-test.run", "^TestRechunkCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %s", rechunkCrashEnv, round, dir))
@@ -384,8 +386,10 @@ func TestRechunkCrash(t *testing.T) {
 		for sc.Scan() {
 			l := sc.Text()
 			got = append(got, l)
-			if l == "GC" {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "GC" {
 				gcs++
+				n, _ := strconv.Atoi(f[1])
+				extents += n
 				if killAfter--; killAfter == 0 {
 					delay := time.Duration(rng.IntN(150)) * time.Millisecond
 					timer = time.AfterFunc(delay, func() { cmd.Process.Signal(syscall.SIGKILL) })
@@ -437,5 +441,8 @@ func TestRechunkCrash(t *testing.T) {
 	}
 	if gcs < rounds {
 		t.Fatalf("the children ran %d GCs in %d rounds: the kills did not land in rechunking", gcs, rounds)
+	}
+	if extents == 0 {
+		t.Fatal("the children's GCs wrote no extent: the kills did not land among extent swaps")
 	}
 }
