@@ -171,7 +171,8 @@ func (c *handleCache) macOf(dst []byte) ([]byte, bool) {
 	}
 	want := handleWordsOf(dst, 28)
 	// The first 3 words and the top half of the fourth are bytes 0-27.
-	diff := got[0] ^ want[0] | got[1] ^ want[1] | got[2] ^ want[2] | (got[3]^want[3])>>32
+	// (^ and | bind alike in Go: each difference in its own parentheses.)
+	diff := (got[0] ^ want[0]) | (got[1] ^ want[1]) | (got[2] ^ want[2]) | (got[3]^want[3])>>32
 	if diff != 0 {
 		return dst, false
 	}

@@ -138,3 +138,40 @@ func TestHandleCacheConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestHandleCachePrefix checks handleCache.macOf against handles stored in
+// the same slot: it must give a MAC only for the very handle stored (a
+// handle of a neighbouring branch, inode or generation once got another
+// handle's MAC, and clients BADHANDLE for it).
+func TestHandleCachePrefix(t *testing.T) {
+	s := newHandleServer(t, 7)
+	fresh := newHandleServer(t, 7)
+	fresh.handles = nil
+	var c handleCache
+	n := 0
+	for branch := uint64(1); branch < 0x600; branch += 7 {
+		for ino := uint64(1); ino < 0x600; ino += 5 {
+			for gen := uint64(0); gen < 3; gen++ {
+				a := fresh.encodeHandle(fileHandle{branch: branches.BranchID(branch), ino: cowfs.InodeID(ino), gen: cowfs.Gen(gen)})
+				b := fresh.encodeHandle(fileHandle{branch: branches.BranchID(branch ^ ino&0xff), ino: cowfs.InodeID(ino + gen), gen: cowfs.Gen(gen ^ 1)})
+				sl := c.slot(a)
+				sl.seq.Store(0) // empty the slot, then store a alone
+				c.store(a)
+				if got, ok := c.macOf(bytes.Clone(b[:28])); ok && !bytes.Equal(got, b) {
+					t.Fatalf("macOf(%x) after storing %x gave %x, want no MAC", b[:28], a, got)
+				}
+				if got, ok := c.macOf(bytes.Clone(a[:28])); !ok || !bytes.Equal(got, a) {
+					t.Fatalf("macOf(%x) = %x, %v; want %x", a[:28], got, ok, a)
+				}
+				n++
+			}
+		}
+	}
+	t.Logf("%d pairs", n)
+	// The handles of the failure first seen: a branch's root and a file.
+	for _, h := range []fileHandle{{branch: 0x4ff, ino: 1, gen: 1}, {branch: 0x4ff, ino: 0x4fe, gen: 1}} {
+		if got, want := s.encodeHandle(h), fresh.encodeHandle(h); !bytes.Equal(got, want) {
+			t.Fatalf("encode %+v = %x, want %x", h, got, want)
+		}
+	}
+}
