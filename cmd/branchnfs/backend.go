@@ -22,7 +22,7 @@ import (
 // every later command reads it, so only those two commands take the
 // flags. Its fields:
 //
-//	meta               etcd://host:port,.../prefix: metadata on etcd (absent: STORE/db)
+//	meta               etcd://host:port,.../prefix (etcds:// for TLS): metadata on etcd (absent: STORE/db)
 //	blocks             s3://bucket/prefix?endpoint=...: content in S3 (absent: in the metadata store)
 //	blocks_cache       the disk cache of blocks (default STORE/blocks-cache)
 //	blocks_cache_size  its bound in bytes (default 1 GiB)
@@ -54,7 +54,7 @@ type backendFlags struct {
 
 func (f *backendFlags) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.Meta, "meta", "",
-		"keep the metadata in an etcd v3 cluster, etcd://host:port,host:port/prefix, instead of STORE/db (recorded in STORE/backend.json at creation)")
+		"keep the metadata in an etcd v3 cluster, etcd://host:port,host:port/prefix (etcds:// for TLS, certificates from ETCDCTL_CACERT, ETCDCTL_CERT and ETCDCTL_KEY), instead of STORE/db (recorded in STORE/backend.json at creation)")
 	cmd.Flags().StringVar(&f.Blocks, "blocks", "",
 		"keep block content in S3, s3://bucket/prefix?endpoint=host:port&region=R&insecure=1, credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (recorded in STORE/backend.json at creation)")
 	cmd.Flags().StringVar(&f.BlocksCache, "blocks-cache", "", "directory of the local cache of S3 blocks (default STORE/"+blocksCacheDirName+")")

@@ -47,6 +47,11 @@
 // Options.Retention (default 1 hour), found from revision marks under
 // MarkPrefix, so that it never fails another process's reads.
 //
+// URLs: OpenURL and OpenCoordURL take etcd://host:port,.../prefix (plain
+// HTTP) or etcds://... (TLS, with the client's certificates from
+// ETCDCTL_CACERT, ETCDCTL_CERT and ETCDCTL_KEY: TLSFromEnv); an etcds://
+// open reports a refused handshake at once, naming the variable to fix.
+//
 // Concurrency: a store is safe for concurrent use; a transaction belongs
 // to the goroutine running its callback.
 //

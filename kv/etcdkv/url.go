@@ -1,9 +1,12 @@
 package etcdkv
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"net/url"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -11,15 +14,17 @@ import (
 )
 
 // ParseURL parses etcd://host:port,host:port/prefix into the members'
-// endpoints (plain HTTP) and the key prefix ("/prefix/"; the default
-// prefix when the URL has no path).
+// endpoints and the key prefix ("/prefix/"; the default prefix when the
+// URL has no path). etcd:// speaks plain HTTP to the members, etcds://
+// TLS (https endpoints; see TLSFromEnv for the certificates).
 func ParseURL(raw string) (endpoints []string, prefix string, err error) {
-	const want = "want etcd://host:port[,host:port...][/prefix]"
+	const want = "want etcd://host:port[,host:port...][/prefix], or etcds:// for TLS"
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, "", fmt.Errorf("etcdkv: %q is not a URL (%v): %s", raw, err, want)
 	}
-	if u.Scheme != "etcd" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+	scheme := map[string]string{"etcd": "http://", "etcds": "https://"}[u.Scheme]
+	if scheme == "" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return nil, "", fmt.Errorf("etcdkv: %q: %s", raw, want)
 	}
 	for _, h := range strings.Split(u.Host, ",") {
@@ -29,7 +34,7 @@ func ParseURL(raw string) (endpoints []string, prefix string, err error) {
 		if !strings.Contains(h, ":") {
 			h += ":2379"
 		}
-		endpoints = append(endpoints, "http://"+h)
+		endpoints = append(endpoints, scheme+h)
 	}
 	if p := strings.Trim(u.Path, "/"); p != "" {
 		prefix = "/" + p + "/"
@@ -37,29 +42,56 @@ func ParseURL(raw string) (endpoints []string, prefix string, err error) {
 	return endpoints, prefix, nil
 }
 
-// OpenURL is Open for a cluster named by an etcd:// URL (ParseURL): the
-// URL's prefix, when it has one, replaces opts.Prefix.
-func OpenURL(raw string, opts Options) (kv.Store, error) {
+// urlConfig returns the client configuration and options for raw: the
+// URL's prefix, when it has one, replaces opts.Prefix, and an etcds://
+// URL gets its TLS settings from the environment (TLSFromEnv).
+func urlConfig(raw string, opts Options) (clientv3.Config, Options, bool, error) {
 	endpoints, prefix, err := ParseURL(raw)
 	if err != nil {
-		return nil, err
+		return clientv3.Config{}, opts, false, err
 	}
 	if prefix != "" {
 		opts.Prefix = prefix
 	}
-	return Open(clientv3.Config{Endpoints: endpoints}, opts)
+	cfg := clientv3.Config{Endpoints: endpoints}
+	secure := strings.HasPrefix(endpoints[0], "https://")
+	if secure {
+		if cfg.TLS, err = TLSFromEnv(nil); err != nil {
+			return cfg, opts, secure, err
+		}
+		timeout := cmp.Or(opts.RequestTimeout, 10*time.Second)
+		if err := probeTLS(context.Background(), endpoints, cfg.TLS, timeout); err != nil {
+			return cfg, opts, secure, err
+		}
+	}
+	return cfg, opts, secure, nil
 }
 
-// OpenCoordURL is OpenCoord for a cluster named by an etcd:// URL, with
-// the URL's prefix as OpenURL takes it: the Coord of the store OpenURL
-// opens with the same arguments.
-func OpenCoordURL(raw string, opts Options) (*Coord, error) {
-	endpoints, prefix, err := ParseURL(raw)
+// OpenURL is Open for a cluster named by an etcd:// or etcds:// URL
+// (ParseURL): the URL's prefix, when it has one, replaces opts.Prefix.
+func OpenURL(raw string, opts Options) (kv.Store, error) {
+	cfg, opts, secure, err := urlConfig(raw, opts)
 	if err != nil {
 		return nil, err
 	}
-	if prefix != "" {
-		opts.Prefix = prefix
+	x, err := Open(cfg, opts)
+	if err != nil && secure {
+		err = tlsError(err)
 	}
-	return OpenCoord(clientv3.Config{Endpoints: endpoints}, opts)
+	return x, err
+}
+
+// OpenCoordURL is OpenCoord for a cluster named by an etcd:// or etcds://
+// URL, with the URL's prefix and TLS settings as OpenURL takes them: the
+// Coord of the store OpenURL opens with the same arguments.
+func OpenCoordURL(raw string, opts Options) (*Coord, error) {
+	cfg, opts, secure, err := urlConfig(raw, opts)
+	if err != nil {
+		return nil, err
+	}
+	x, err := OpenCoord(cfg, opts)
+	if err != nil && secure {
+		err = tlsError(err)
+	}
+	return x, err
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
@@ -29,16 +30,24 @@ type Options struct {
 	MaxRequestBytes uint
 	// QuotaBackendBytes is --quota-backend-bytes (default etcd's, 2 GiB).
 	QuotaBackendBytes int64
+	// TLS, when set, makes the members serve clients over TLS with these
+	// certificates and require a client certificate signed by its
+	// authority (--client-cert-auth); peers speak plain HTTP.
+	TLS *Certs
 }
 
 // Cluster is a running etcd cluster.
 type Cluster struct {
 	// Endpoints are the members' client URLs.
 	Endpoints []string
-	cfgs      []*embed.Config // read only
-	members   []*embed.Etcd
-	stopped   []bool
-	prefixes  atomic.Int64
+	// URL is the cluster as an etcd:// URL (etcds:// with TLS) without a
+	// prefix.
+	URL      string
+	tls      *Certs
+	cfgs     []*embed.Config // read only
+	members  []*embed.Etcd
+	stopped  []bool
+	prefixes atomic.Int64
 }
 
 // freePorts returns n distinct loopback ports nobody listens on right now
@@ -69,14 +78,23 @@ func StartCluster(tb testing.TB, opts Options) *Cluster {
 	addrs := make([]urls, opts.Members)
 	var initial []string
 	ports := freePorts(tb, 2*opts.Members)
+	clientScheme, urlScheme := "http", "etcd"
+	if opts.TLS != nil {
+		clientScheme, urlScheme = "https", "etcds"
+	}
 	for i := range addrs {
 		addrs[i] = urls{
 			peer:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
-			client: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
+			client: url.URL{Scheme: clientScheme, Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 		}
 		initial = append(initial, fmt.Sprintf("m%d=%s", i, addrs[i].peer.String()))
 	}
-	c := &Cluster{stopped: make([]bool, opts.Members), members: make([]*embed.Etcd, opts.Members)}
+	c := &Cluster{stopped: make([]bool, opts.Members), members: make([]*embed.Etcd, opts.Members), tls: opts.TLS}
+	var hosts []string
+	for _, a := range addrs {
+		hosts = append(hosts, a.client.Host)
+	}
+	c.URL = urlScheme + "://" + strings.Join(hosts, ",")
 	for i := range addrs {
 		cfg := embed.NewConfig()
 		cfg.Name = fmt.Sprintf("m%d", i)
@@ -101,6 +119,9 @@ func StartCluster(tb testing.TB, opts Options) *Cluster {
 		}
 		if opts.QuotaBackendBytes > 0 {
 			cfg.QuotaBackendBytes = opts.QuotaBackendBytes
+		}
+		if t := opts.TLS; t != nil {
+			cfg.ClientTLSInfo = transport.TLSInfo{CertFile: t.ServerCert, KeyFile: t.ServerKey, TrustedCAFile: t.CA, ClientCertAuth: true}
 		}
 		c.Endpoints = append(c.Endpoints, addrs[i].client.String())
 		c.cfgs = append(c.cfgs, cfg)
@@ -196,7 +217,7 @@ func (c *Cluster) NewStore(tb testing.TB, opts etcdkv.Options) kv.Store {
 	if opts.Prefix == "" {
 		opts.Prefix = fmt.Sprintf("/etcdtest/%d/", c.prefixes.Add(1))
 	}
-	s, err := etcdkv.Open(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 10 * time.Second}, opts)
+	s, err := etcdkv.Open(c.clientConfig(tb), opts)
 	if err != nil {
 		tb.Fatalf("etcdtest: %v", err)
 	}
@@ -212,12 +233,28 @@ func (c *Cluster) NewCoord(tb testing.TB, opts etcdkv.Options) *etcdkv.Coord {
 	if opts.Prefix == "" {
 		opts.Prefix = fmt.Sprintf("/etcdtest/%d/", c.prefixes.Add(1))
 	}
-	co, err := etcdkv.OpenCoord(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 10 * time.Second}, opts)
+	co, err := etcdkv.OpenCoord(c.clientConfig(tb), opts)
 	if err != nil {
 		tb.Fatalf("etcdtest: %v", err)
 	}
 	tb.Cleanup(func() { co.Close() })
 	return co
+}
+
+// clientConfig is the configuration of a client of c, with the cluster's
+// client certificate when it serves TLS.
+func (c *Cluster) clientConfig(tb testing.TB) clientv3.Config {
+	tb.Helper()
+	cfg := clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 10 * time.Second}
+	if c.tls != nil {
+		env := map[string]string{etcdkv.EnvCACert: c.tls.CA, etcdkv.EnvCert: c.tls.ClientCert, etcdkv.EnvKey: c.tls.ClientKey}
+		t, err := etcdkv.TLSFromEnv(func(k string) string { return env[k] })
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cfg.TLS = t
+	}
+	return cfg
 }
 
 // Leader returns the index of the member that leads, or -1 if no running
