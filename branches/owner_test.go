@@ -244,3 +244,39 @@ func TestOwnershipLeaseLost(t *testing.T) {
 		t.Fatalf("x/f after the lease came back: %q", got)
 	}
 }
+
+// TestForksOnTwoServersKeepTheFastPath: a fork froze main's top on one
+// server; the other, once it has seen that, forks from main without
+// freezing the empty new top again, so the first fork's commit still
+// takes the fast path (main did not change for it).
+func TestForksOnTwoServersKeepTheFastPath(t *testing.T) {
+	ctx := context.Background()
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	o := etcdkv.Options{Prefix: "/fast/"}
+	open := func(name string) *branches.Manager {
+		co := c.NewCoord(t, o)
+		m, err := branches.Open(ctx, branches.Options{Store: c.NewStore(t, o), Coord: co, Leases: leases{co},
+			Server: name, ReclaimDelay: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	a, b := open("A"), open("B")
+	must(a.Fork(ctx, "main", "s1"))(t)
+	write(t, a, "s1", "f", "a")
+	eventually(t, "main's new top on b", func() error {
+		av, _, _ := a.View("main")
+		bv, _, _ := b.View("main")
+		if fmt.Sprint(av.Stack()) != fmt.Sprint(bv.Stack()) {
+			return fmt.Errorf("main's stack %v on a, %v on b", av.Stack(), bv.Stack())
+		}
+		return nil
+	})
+	must(b.Fork(ctx, "main", "s2"))(t)
+	res := must(a.Commit(ctx, "s1"))(t)
+	if !res.FastPath {
+		t.Fatal("the commit of s1 merged: b's fork froze main's top again")
+	}
+}

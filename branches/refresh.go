@@ -202,8 +202,24 @@ func (m *Manager) applyRecords(ctx context.Context, recs map[BranchID]*record) e
 				if err != nil {
 					return fmt.Errorf("branches: the new stack of %s: %w", r.Name, mapErr(err))
 				}
+				// main takes no writes on a shared store: when its new
+				// top is empty (another server's fork froze the old one),
+				// say so, and the next fork or commit here does not
+				// freeze it again (fewer record changes, fewer conflicts
+				// between servers). Other branches' tops take their
+				// owner's writes at any time.
+				fresh := false
+				if r.Parent == 0 && m.owning() {
+					if fresh, err = m.cow.LayerEmpty(ctx, r.Top); err != nil {
+						return fmt.Errorf("branches: the new top of %s: %w", r.Name, mapErr(err))
+					}
+				}
 				b.fs.Lock()
-				b.fs.SetStackLocked(stack)
+				if fresh {
+					b.fs.SetFreshStackLocked(stack)
+				} else {
+					b.fs.SetStackLocked(stack)
+				}
 				b.fs.Unlock()
 			}
 			if r.State == StateInvalidated && b.rec.State == StateLive {
