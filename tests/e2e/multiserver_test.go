@@ -224,6 +224,10 @@ func TestSeveralServersOwnership(t *testing.T) {
 	if code != 15 || !strings.Contains(stderr, a) {
 		t.Fatalf("takeover of k through B while A runs: exit %d: %s; want 15 naming A", code, stderr)
 	}
+	code, _, stderr = cli(t, b, "takeover", "--abort", "k")
+	if code != 15 || !strings.Contains(stderr, a) {
+		t.Fatalf("takeover --abort of k through B while A runs: exit %d: %s; want 15 naming A", code, stderr)
+	}
 	wc := dial(t, ms.srvs[0].port)
 	ak, _ := wc.mount(t, "/k")
 	acked := map[string][]byte{}
