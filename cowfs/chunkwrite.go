@@ -161,13 +161,22 @@ func (f *View) putChunked(ino InodeID, from, to int64, blocks []chunkedBlock, ne
 		}
 		// The new blocks lie past the file's end: the top layer holds
 		// nothing there, so runs of them become extents at once.
-		err := groupExtents(blocks, func(last uint64, ref []byte, extent bool) error {
+		extents, err := f.s.extentsFormat(tx)
+		if err != nil {
+			return err
+		}
+		if !extents {
+			for _, b := range blocks {
+				if err := refs.set(tx, dataKey(st.stack[0], ino, b.idx), b.ref); err != nil {
+					return err
+				}
+			}
+		} else if err := groupExtents(blocks, func(last uint64, ref []byte, extent bool) error {
 			if extent {
 				return refs.set(tx, extentKey(st.stack[0], ino, last), ref)
 			}
 			return refs.set(tx, dataKey(st.stack[0], ino, last), ref)
-		})
-		if err != nil {
+		}); err != nil {
 			return err
 		}
 		n.Size = uint64(to)

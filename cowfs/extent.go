@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -258,6 +259,9 @@ func joined(prev, ref []byte) int {
 // so a concurrent write makes it skip, and readers see the same bytes
 // throughout. It returns how many extents it wrote.
 func (s *Store) coalesce(ctx context.Context, l LayerID) (int, error) {
+	if s.opts.LegacyNameSlots {
+		return 0, nil // extentsFormat
+	}
 	bs := uint64(s.opts.BlockSize)
 	lim := s.kv.Limits()
 	// A run costs a read and a delete per block, the extent's write and
@@ -378,6 +382,9 @@ func (s *Store) swapExtent(ctx context.Context, l LayerID, ino InodeID, run []ex
 				return err
 			}
 		}
+		if ok, err := s.extentsFormat(tx); err != nil || !ok {
+			return err
+		}
 		swapped = true
 		return log.set(tx, extentKey(l, ino, last), ref)
 	})
@@ -440,4 +447,31 @@ func groupExtents(blocks []chunkedBlock, fn func(last uint64, ref []byte, extent
 		return nil
 	}
 	return flush(blocks[len(blocks)-1].idx)
+}
+
+// extentsFormat reports whether the store may hold extents, stamping
+// format 3 (names.go) in tx if it is of format 2, so that a build
+// predating extents refuses the store rather than misread it. A store of
+// format 1 (LegacyNameSlots, or no format record) gets no extents: the
+// record would lose what says its names are hashed the old way.
+func (s *Store) extentsFormat(tx kv.Txn) (bool, error) {
+	if s.opts.LegacyNameSlots {
+		return false, nil
+	}
+	if s.format3.Load() {
+		return true, nil
+	}
+	v, err := tx.Get(formatKey)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	case len(v) != 8:
+		return false, fmt.Errorf("cowfs: store format record %x: %w", v, errCorrupt)
+	case binary.BigEndian.Uint64(v) >= 3:
+		s.format3.Store(true) // committed: it was read
+		return true, nil
+	}
+	return true, tx.Set(formatKey, u64(nil, 3))
 }

@@ -3,6 +3,7 @@ package cowfs
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -417,5 +418,78 @@ func TestWriteChunkedWritesExtents(t *testing.T) {
 	}
 	if got := readAll(t, f, a.Ino, len(data)); !bytes.Equal(got, data) {
 		t.Fatal("the chunked write reads back other bytes")
+	}
+}
+
+// TestExtentsFormat: a new store is of format 3; a store of format 2
+// becomes 3 with its first extent (so that a build predating extents
+// refuses it); a store of format 1 gets no extents and keeps no format
+// record (which would lose that its names hash the old way).
+func TestExtentsFormat(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	format := func(st kv.Store) uint64 {
+		t.Helper()
+		var f uint64
+		err := st.View(ctx, func(tx kv.Txn) error {
+			v, err := tx.Get(formatKey)
+			if errors.Is(err, kv.ErrNotFound) {
+				return nil
+			}
+			if err == nil {
+				f = binary.BigEndian.Uint64(v)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// rechunked writes a file of 40 blocks into a new tree of st and
+	// rechunks it, and returns the extents made.
+	rechunked := func(st kv.Store) int {
+		t.Helper()
+		s, f := newTestTree(t, st, Options{BlockSize: bs})
+		data := randBytes(rand.New(rand.NewPCG(5, 6)), 40*bs)
+		a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(a.Ino, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		rs, err := s.Rechunk(ctx, f.Top(), 1<<40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, f, a.Ino, len(data)); !bytes.Equal(got, data) {
+			t.Fatal("the rechunked file reads other bytes")
+		}
+		return rs.Extents
+	}
+
+	st := kvtest.NewStore(t)
+	if n := rechunked(st); n == 0 || format(st) != 3 {
+		t.Fatalf("new store: %d extents, format %d; want some, 3", n, format(st))
+	}
+
+	two := kvtest.NewStore(t)
+	if _, err := Open(ctx, two, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := two.Update(ctx, func(tx kv.Txn) error { return tx.Set(formatKey, u64(nil, 2)) }); err != nil {
+		t.Fatal(err)
+	}
+	if n := rechunked(two); n == 0 || format(two) != 3 {
+		t.Fatalf("store of format 2: %d extents, format %d after; want some, 3", n, format(two))
+	}
+
+	one := kvtest.NewStore(t) // layers but no format record
+	if _, err := newStore(one, Options{}).NewTree(ctx, 0o755, 0, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := rechunked(one); n != 0 || format(one) != 0 {
+		t.Fatalf("store of format 1: %d extents, format %d after; want none, no record", n, format(one))
 	}
 }

@@ -62,7 +62,10 @@ func legacySlots(name string) []uint64 {
 //
 //	1 (no key): directory slots hash a name's bytes as given.
 //	2: directory slots hash a name's NFC form.
-const storeFormat = 2
+//	3: block references may be extents (extent.go). A store of format 2
+//	   becomes 3 in the transaction that writes its first extent; a store
+//	   of format 1 gets none.
+const storeFormat = 3
 
 var formatKey = metaKey("format")
 

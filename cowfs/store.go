@@ -3,6 +3,7 @@ package cowfs
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
@@ -21,6 +22,7 @@ type Store struct {
 	blobs   blobs.Store   // opts.Blobs: content store, nil for the kv store's 'c' keys; read only
 	opts    Options       // read only, defaults filled in
 	xs      *crossSweep   // with opts.Leases: the handshake with other servers' sweeps (xsweep.go); read only
+	format3 atomic.Bool   // the store is of format 3 (extentsFormat)
 }
 
 // Open returns the Store of st. It checks the store's format (see
