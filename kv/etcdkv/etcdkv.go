@@ -445,7 +445,7 @@ func (s *store) mapErr(err error, rev int64) error {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	case errors.Is(err, rpctypes.ErrCompacted):
-		return fmt.Errorf("%w: the snapshot at revision %d is older than the cluster's compacted history (%w); retry the operation, and raise --auto-compaction-retention if this happens often", ErrCompacted, rev, err)
+		return fmt.Errorf("%w: the snapshot at revision %d is older than the cluster's compacted history (%w); retry the operation; a View or Snapshot must not outlive the cluster's --auto-compaction-retention nor Options.Retention (1 hour by default)", ErrCompacted, rev, err)
 	case errors.Is(err, rpctypes.ErrNoLeader):
 		return fmt.Errorf("%w: the etcd member has no leader (%w): a majority of the cluster's members is down or cut off from the others; nothing was applied", ErrUnavailable, err)
 	case errors.Is(err, rpctypes.ErrNoSpace):

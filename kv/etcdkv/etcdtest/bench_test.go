@@ -16,6 +16,14 @@ func BenchmarkEtcd(b *testing.B) {
 	kvtest.RunBenchmarks(b, func(b *testing.B) kv.Store { return c.NewStore(b, etcdkv.Options{}) })
 }
 
+// BenchmarkEtcdTLS is BenchmarkEtcd with the members serving clients over
+// TLS and requiring a client certificate: the cost of etcds://.
+func BenchmarkEtcdTLS(b *testing.B) {
+	certs := etcdtest.NewCerts(b)
+	c := etcdtest.StartCluster(b, etcdtest.Options{TLS: &certs})
+	kvtest.RunBenchmarks(b, func(b *testing.B) kv.Store { return c.NewStore(b, etcdkv.Options{}) })
+}
+
 // BenchmarkWatch measures how long a change takes to reach a watcher on
 // another client: one op is an Update of one key under the watched prefix
 // and the wait for its event.
