@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +48,9 @@ type scaleOutRow struct {
 	// ReadCPU is the server's CPU time (user + system) per GiB of warm
 	// sequential read.
 	ReadCPU stats.Summary `json:"server_cpu_ms_per_gib_warm_read"`
+	// RangesPerRead is the etcd Range calls (reads) the cluster served
+	// per READ of the warm read, from the members' metrics.
+	RangesPerRead stats.Summary `json:"etcd_ranges_per_warm_read,omitempty"`
 	Error     string        `json:"error,omitempty"`
 }
 
@@ -253,11 +258,23 @@ func (s *suite) scaleOut(ctx context.Context) {
 		b.row.Fork, b.row.Abort, b.row.Commit = stats.Summarize(lats[i].fork), stats.Summarize(lats[i].abort), stats.Summarize(lats[i].commit)
 	}
 
+	// The data workloads run in a branch: with several servers possible
+	// on etcd, main changes only through commits.
+	each("fork "+workBranch, func(b *scaleBackend) error {
+		c, _, err := control.Dial(ctx, control.SocketPath(b.store), 10*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Fork(ctx, "main", workBranch)
+		return err
+	})
+
 	// Sequential write and warm read (the block cache holds what was
 	// just written), new content each run so that no block is already
 	// stored.
 	size := s.cfg.SeqMiB << 20
-	type thr struct{ w, r, cpu, cold, create, stat []float64 }
+	type thr struct{ w, r, cpu, ranges, cold, create, stat []float64 }
 	thrs := make([]thr, len(bs))
 	opts := workload.SeqOptions{ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth,
 		// On etcd, removing a file of more blocks than a transaction
@@ -270,15 +287,30 @@ func (s *suite) scaleOut(ctx context.Context) {
 			o := opts
 			o.Name = fmt.Sprintf("seq%d.bin", run)
 			var cpu0, cpu float64
-			o.BeforeRead = func() { cpu0 = b.srv.cpuSeconds() }
-			o.AfterRead = func() { cpu = b.srv.cpuSeconds() - cpu0 }
-			r, err := workload.Seq(b.srv.target("main"), data, o)
+			var r0, r1 int64
+			var rerr error
+			o.BeforeRead = func() {
+				cpu0 = b.srv.cpuSeconds()
+				if b.cache != "" {
+					r0, rerr = etcdRanges(cluster.Endpoints)
+				}
+			}
+			o.AfterRead = func() {
+				cpu = b.srv.cpuSeconds() - cpu0
+				if b.cache != "" && rerr == nil {
+					r1, rerr = etcdRanges(cluster.Endpoints)
+				}
+			}
+			r, err := workload.Seq(b.srv.target(workBranch), data, o)
 			if err != nil {
 				return err
 			}
 			t := &thrs[indexOf(bs, b)]
 			if cpu0 > 0 {
 				t.cpu = append(t.cpu, cpu*1000/(float64(size)/(1<<30)))
+			}
+			if b.cache != "" && rerr == nil && r1 > r0 {
+				t.ranges = append(t.ranges, float64(r1-r0)/float64((size+opts.ReqSize-1)/opts.ReqSize))
 			}
 			t.w, t.r = append(t.w, r.WriteMiBps), append(t.r, r.ReadMiBps)
 			return nil
@@ -287,7 +319,7 @@ func (s *suite) scaleOut(ctx context.Context) {
 	// Cold reads: the server restarted (and its block cache emptied)
 	// before each read of a file written once.
 	cold := workload.Data(99, size)
-	each("cold read", func(b *scaleBackend) error { return nfsWrite(b.srv.target("main"), "cold.bin", cold) })
+	each("cold read", func(b *scaleBackend) error { return nfsWrite(b.srv.target(workBranch), "cold.bin", cold) })
 	for run := 0; run < s.cfg.Runs; run++ {
 		each("cold read", func(b *scaleBackend) error {
 			if err := b.srv.stop(); err != nil {
@@ -305,7 +337,7 @@ func (s *suite) scaleOut(ctx context.Context) {
 			}
 			b.srv = srv
 			s.logf("scale-out %s: cold read, run %d", b.label, run+1)
-			v, err := workload.ReadExisting(srv.target("main"), "cold.bin", cold, opts)
+			v, err := workload.ReadExisting(srv.target(workBranch), "cold.bin", cold, opts)
 			if err != nil {
 				return err
 			}
@@ -318,7 +350,7 @@ func (s *suite) scaleOut(ctx context.Context) {
 	for run := 0; run < s.cfg.Runs; run++ {
 		each("small files", func(b *scaleBackend) error {
 			s.logf("scale-out %s: %d small files, run %d", b.label, s.cfg.MetaFiles, run+1)
-			r, err := workload.Meta(b.srv.target("main"), workload.MetaOptions{Dir: fmt.Sprintf("meta%d", run), Files: s.cfg.MetaFiles, FileSize: 1024, Workers: s.cfg.MetaWorkers})
+			r, err := workload.Meta(b.srv.target(workBranch), workload.MetaOptions{Dir: fmt.Sprintf("meta%d", run), Files: s.cfg.MetaFiles, FileSize: 1024, Workers: s.cfg.MetaWorkers})
 			if err != nil {
 				return err
 			}
@@ -331,9 +363,13 @@ func (s *suite) scaleOut(ctx context.Context) {
 		t := thrs[i]
 		b.row.SeqWrite, b.row.ReadWarm, b.row.ReadCold = stats.Summarize(t.w), stats.Summarize(t.r), stats.Summarize(t.cold)
 		b.row.ReadCPU = stats.Summarize(t.cpu)
+		b.row.RangesPerRead = stats.Summarize(t.ranges)
 		b.row.Create, b.row.Stat = stats.Summarize(t.create), stats.Summarize(t.stat)
 	}
 }
+
+// workBranch is the branch the data workloads write in.
+const workBranch = "work"
 
 func indexOf(bs []*scaleBackend, b *scaleBackend) int {
 	for i, x := range bs {
@@ -385,10 +421,48 @@ func renderScaleOut(x *scaleOutResult, p func(string, ...any), missed *[]string)
 	thr("small-file create, 1 KiB each", "files/s", bad.Create, eo.Create, 0)
 	thr("stat (LOOKUP)", "files/s", bad.Stat, eo.Stat, 0)
 	p("| server CPU per GiB of warm read (ms) | %s | %s | %s | — | — |\n", mmm(bad.ReadCPU), mmm(eo.ReadCPU), ratio(eo.ReadCPU, bad.ReadCPU))
+	p("| etcd reads (Range calls) per READ of the warm read | — | %s | — | — | — |\n", mmm(eo.RangesPerRead))
 	for _, b := range x.Backends {
 		if b.Error != "" {
 			p("\n%s: %s\n", b.Backend, shorten(b.Error))
 		}
 	}
 	p("\n")
+}
+
+// etcdRanges sums the Range calls (reads) the members served, from their
+// Prometheus metrics on the client URL.
+func etcdRanges(endpoints []string) (int64, error) {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	var n int64
+	for _, ep := range endpoints {
+		resp, err := hc.Get(ep + "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return 0, err
+		}
+		n += rangeCount(string(b))
+	}
+	return n, nil
+}
+
+// rangeCount reads grpc_server_handled_total for the KV service's Range
+// method, every status code, from a Prometheus text exposition.
+func rangeCount(metrics string) int64 {
+	var n int64
+	for _, l := range strings.Split(metrics, "\n") {
+		if !strings.HasPrefix(l, "grpc_server_handled_total{") || !strings.Contains(l, `grpc_method="Range"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		var v float64
+		if _, err := fmt.Sscan(f[len(f)-1], &v); err == nil {
+			n += int64(v)
+		}
+	}
+	return n
 }
