@@ -66,7 +66,8 @@ func readFile(fs *cowfs.View, name string, max int) ([]byte, error) {
 	return buf[:n], nil
 }
 
-// TestRechunkConcurrent runs rechunking and GC in a loop while branches
+// TestRechunkConcurrent runs rechunking (into chunks, then extents) and GC
+// in a loop while branches
 // rewrite and truncate multi-block files, readers check every read is a
 // prefix of one whole version, and a lifecycle goroutine forks, writes,
 // commits and checkpoints. Every branch must end with exactly its last
@@ -174,7 +175,7 @@ func TestRechunkConcurrent(t *testing.T) {
 			}
 		}()
 	}
-	var rechunked atomic.Int64
+	var rechunked, extents atomic.Int64
 	others.Add(1)
 	go func() { // rechunking and GC
 		defer others.Done()
@@ -190,10 +191,13 @@ func TestRechunkConcurrent(t *testing.T) {
 				return
 			}
 			rechunked.Add(int64(rs.Blocks))
-			if _, err := m.GC(ctx); err != nil {
+			extents.Add(int64(rs.Extents))
+			gs, err := m.GC(ctx)
+			if err != nil {
 				errorf("gc: %v", err)
 				return
 			}
+			extents.Add(int64(gs.Rechunk.Extents))
 		}
 	}()
 	committed := map[string][]byte{}
@@ -241,6 +245,9 @@ func TestRechunkConcurrent(t *testing.T) {
 	}
 	if rechunked.Load() == 0 {
 		t.Fatal("no block was rechunked while the writers ran: the test exercised nothing")
+	}
+	if extents.Load() == 0 {
+		t.Fatal("no extent was written while the writers ran: writes never met extents")
 	}
 	for w, name := range workers {
 		fs, _, err := m.View(name)
