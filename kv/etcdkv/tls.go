@@ -67,49 +67,73 @@ func tlsError(err error) error {
 	return fmt.Errorf("%w; %s: check them", err, tlsHint)
 }
 
-// probeTLS connects to each member in turn with cfg until one answers and
-// returns an error that says what to fix when a TLS handshake fails: a
-// member that refuses this client's certificate, or one this client does
-// not trust. A refused handshake otherwise only shows as the client's
-// time-out. It sends the HTTP/2 preface that gRPC would, so that a member
-// that checks the client's certificate after the handshake (TLS 1.3)
-// answers with its alert. It returns nil when a member answered, and when
-// none could be reached at all (Open then says so).
+// probeTLS connects to every member at once with cfg and returns an
+// error that says what to fix when a TLS handshake fails: a member that
+// refuses this client's certificate, or one this client does not trust.
+// A refused handshake otherwise only shows as the client's time-out. It
+// sends the HTTP/2 preface that gRPC would, so that a member that checks
+// the client's certificate after the handshake (TLS 1.3) answers with its
+// alert. It returns nil as soon as a member answers, and when none could
+// be reached within timeout (Open then says so).
 func probeTLS(ctx context.Context, endpoints []string, cfg *tls.Config, timeout time.Duration) error {
-	const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + "\x00\x00\x00\x04\x00\x00\x00\x00\x00" // and an empty SETTINGS frame
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	results := make(chan error, len(endpoints))
 	for _, ep := range endpoints {
-		addr := strings.TrimPrefix(ep, "https://")
-		c := cfg.Clone()
-		c.NextProtos = []string{"h2"}
-		if c.ServerName == "" {
-			if h, _, err := net.SplitHostPort(addr); err == nil {
-				c.ServerName = h
-			}
-		}
-		dctx, cancel := context.WithTimeout(ctx, timeout)
-		conn, err := (&tls.Dialer{Config: c}).DialContext(dctx, "tcp", addr)
-		cancel()
-		if err == nil {
-			conn.SetDeadline(time.Now().Add(timeout))
-			if _, err = io.WriteString(conn, preface); err == nil {
-				_, err = conn.Read(make([]byte, 1))
-			}
-			conn.Close()
-			if err == nil {
-				return nil
-			}
-		}
-		var opErr *net.OpError
-		var verr *tls.CertificateVerificationError
-		var rerr tls.RecordHeaderError
-		switch {
-		case errors.As(err, &opErr) && opErr.Op == "remote error":
-			return fmt.Errorf("etcdkv: etcd member %s refused this client's TLS handshake (%w): set %s and %s to a certificate and key signed by the CA the members trust (their --trusted-ca-file)", ep, err, EnvCert, EnvKey)
-		case errors.As(err, &verr):
-			return fmt.Errorf("etcdkv: this client does not trust the certificate of etcd member %s (%w): set %s to the PEM file of the CA that signed the members' certificates", ep, err, EnvCACert)
-		case errors.As(err, &rerr):
-			return fmt.Errorf("etcdkv: etcd member %s does not speak TLS on its client port (%w): use an etcd:// URL, or start the members with --cert-file and --key-file", ep, err)
+		go func() { results <- probeMember(ctx, ep, cfg) }()
+	}
+	for range endpoints {
+		if err := <-results; err == nil || errors.Is(err, errTLSSettings) {
+			return err
 		}
 	}
 	return nil
+}
+
+// errTLSSettings marks a probe's answer that the TLS settings are wrong.
+var errTLSSettings = errors.New("etcdkv: TLS settings")
+
+// probeMember is probeTLS for one member: nil when it answered, an error
+// wrapping errTLSSettings when the handshake failed, another when it
+// could not be reached.
+func probeMember(ctx context.Context, ep string, cfg *tls.Config) error {
+	const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + "\x00\x00\x00\x04\x00\x00\x00\x00\x00" // and an empty SETTINGS frame
+	addr := strings.TrimPrefix(ep, "https://")
+	c := cfg.Clone()
+	c.NextProtos = []string{"h2"}
+	if c.ServerName == "" {
+		if h, _, err := net.SplitHostPort(addr); err == nil {
+			c.ServerName = h
+		}
+	}
+	conn, err := (&tls.Dialer{Config: c}).DialContext(ctx, "tcp", addr)
+	if errors.Is(err, io.EOF) {
+		// A member serving plain HTTP closes the connection on the
+		// client's hello.
+		return fmt.Errorf("%w: etcd member %s closed the connection during the TLS handshake (%w): it likely serves plain HTTP; use an etcd:// URL, or start the members with --cert-file and --key-file", errTLSSettings, ep, err)
+	}
+	if err == nil {
+		if d, ok := ctx.Deadline(); ok {
+			conn.SetDeadline(d)
+		}
+		if _, err = io.WriteString(conn, preface); err == nil {
+			_, err = conn.Read(make([]byte, 1))
+		}
+		conn.Close()
+		if err == nil {
+			return nil
+		}
+	}
+	var opErr *net.OpError
+	var verr *tls.CertificateVerificationError
+	var rerr tls.RecordHeaderError
+	switch {
+	case errors.As(err, &opErr) && opErr.Op == "remote error":
+		return fmt.Errorf("%w: etcd member %s refused this client's TLS handshake (%w): set %s and %s to a certificate and key signed by the CA the members trust (their --trusted-ca-file)", errTLSSettings, ep, err, EnvCert, EnvKey)
+	case errors.As(err, &verr):
+		return fmt.Errorf("%w: this client does not trust the certificate of etcd member %s (%w): set %s to the PEM file of the CA that signed the members' certificates", errTLSSettings, ep, err, EnvCACert)
+	case errors.As(err, &rerr):
+		return fmt.Errorf("%w: etcd member %s does not speak TLS on its client port (%w): it likely serves plain HTTP; use an etcd:// URL, or start the members with --cert-file and --key-file", errTLSSettings, ep, err)
+	}
+	return err
 }

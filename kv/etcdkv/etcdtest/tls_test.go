@@ -2,6 +2,7 @@ package etcdtest_test
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -49,6 +50,18 @@ func TestTLS(t *testing.T) {
 				t.Run(tc.Name, func(t *testing.T) { tc.Fn(t, open(t)) })
 			}
 		}
+		// A member that is down does not stop the others from answering.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		down := l.Addr().String()
+		l.Close()
+		s, err := etcdkv.OpenURL(strings.Replace(c.URL, "etcds://", "etcds://"+down+",", 1)+"/tls/down", opts)
+		if err != nil {
+			t.Fatalf("open with one member down: %v", err)
+		}
+		s.Close()
 		co, err := etcdkv.OpenCoordURL(c.URL+"/tls/coord", opts)
 		if err != nil {
 			t.Fatalf("OpenCoordURL over TLS: %v", err)
@@ -56,6 +69,14 @@ func TestTLS(t *testing.T) {
 		defer co.Close()
 		if _, err := co.Revision(ctx); err != nil {
 			t.Fatal(err)
+		}
+	})
+	t.Run("PlainCluster", func(t *testing.T) {
+		env(certs.CA, certs.ClientCert, certs.ClientKey)
+		plain := etcdtest.StartCluster(t, etcdtest.Options{Members: 1})
+		_, err := etcdkv.OpenURL(strings.Replace(plain.URL, "etcd://", "etcds://", 1), opts)
+		if err == nil || !strings.Contains(err.Error(), "serves plain HTTP") || !strings.Contains(err.Error(), "etcd://") {
+			t.Fatalf("etcds:// to a plain member: %v, want an error saying to use etcd://", err)
 		}
 	})
 	other := etcdtest.NewCerts(t) // an authority the members do not trust
