@@ -49,3 +49,19 @@ func TestBackendRecorded(t *testing.T) {
 		t.Fatalf("a Badger store opened with --blocks: %v, want a refusal", err)
 	}
 }
+
+// TestMetaFlag: --meta takes etcd:// and etcds:// URLs, and refuses
+// others with a usage error naming the flag and both forms.
+func TestMetaFlag(t *testing.T) {
+	for _, ok := range []string{"etcd://h1:2379,h2/p", "etcds://h1:2379,h2/p"} {
+		if c, err := (&backendFlags{Meta: ok}).config(); err != nil || c.Meta != ok {
+			t.Errorf("--meta %s: %+v, %v", ok, c, err)
+		}
+	}
+	for _, bad := range []string{"https://h1:2379/p", "etcds://h1/p?cacert=ca.pem"} {
+		_, err := (&backendFlags{Meta: bad}).config()
+		if err == nil || !strings.Contains(err.Error(), "--meta") || !strings.Contains(err.Error(), "etcds://") {
+			t.Errorf("--meta %s: %v, want a usage error naming --meta and etcds://", bad, err)
+		}
+	}
+}

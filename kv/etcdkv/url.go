@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net/url"
+	"net"
 	"strings"
 	"time"
 
@@ -19,24 +19,27 @@ import (
 // TLS (https endpoints; see TLSFromEnv for the certificates).
 func ParseURL(raw string) (endpoints []string, prefix string, err error) {
 	const want = "want etcd://host:port[,host:port...][/prefix], or etcds:// for TLS"
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, "", fmt.Errorf("etcdkv: %q is not a URL (%v): %s", raw, err, want)
-	}
-	scheme := map[string]string{"etcd": "http://", "etcds": "https://"}[u.Scheme]
-	if scheme == "" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+	// Not url.Parse: it takes what follows the last colon of the host
+	// list as one port, and refuses h1:2379,h2.
+	name, rest, ok := strings.Cut(raw, "://")
+	scheme := map[string]string{"etcd": "http://", "etcds": "https://"}[name]
+	hosts, path, _ := strings.Cut(rest, "/")
+	if !ok || scheme == "" || hosts == "" || strings.ContainsAny(rest, "?#@ ") {
 		return nil, "", fmt.Errorf("etcdkv: %q: %s", raw, want)
 	}
-	for _, h := range strings.Split(u.Host, ",") {
-		if h == "" || strings.Contains(h, "/") {
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
 			return nil, "", fmt.Errorf("etcdkv: %q: empty member address: %s", raw, want)
 		}
-		if !strings.Contains(h, ":") {
-			h += ":2379"
+		if _, _, err := net.SplitHostPort(h); err != nil {
+			h = net.JoinHostPort(strings.Trim(h, "[]"), "2379")
+		}
+		if _, port, err := net.SplitHostPort(h); err != nil || port == "" {
+			return nil, "", fmt.Errorf("etcdkv: %q: member address %q: %s", raw, h, want)
 		}
 		endpoints = append(endpoints, scheme+h)
 	}
-	if p := strings.Trim(u.Path, "/"); p != "" {
+	if p := strings.Trim(path, "/"); p != "" {
 		prefix = "/" + p + "/"
 	}
 	return endpoints, prefix, nil
