@@ -239,6 +239,14 @@ func (m *Manager) ForkCheckpoint(ctx context.Context, parent, label, name string
 	if err := CheckName(name); err != nil {
 		return Info{}, err
 	}
+	if err := m.settled(ctx); err != nil {
+		return Info{}, err
+	}
+	info, err := m.forkCheckpointOnce(ctx, parent, label, name)
+	return info, m.settle(ctx, err)
+}
+
+func (m *Manager) forkCheckpointOnce(ctx context.Context, parent, label, name string) (Info, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	p, err := m.live(parent)
@@ -342,11 +350,15 @@ func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error)
 // commit that won meanwhile leaves name invalidated, and op then says
 // so. On a store of its own it runs op once.
 func retryChanged[T any](ctx context.Context, m *Manager, name string, op func() (T, error)) (T, error) {
+	if err := m.settled(ctx); err != nil {
+		var zero T
+		return zero, err
+	}
 	for attempt := 1; ; attempt++ {
 		res, err := op()
 		var ce *changedError
 		if !m.owning() || attempt == changedAttempts || !errors.As(err, &ce) {
-			return res, err
+			return res, m.settle(ctx, err)
 		}
 		m.mu.RLock()
 		ids := []BranchID{ce.stored.ID}
@@ -615,9 +627,13 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 // transactions the store takes; their storage is reclaimed in the
 // background.
 func (m *Manager) Abort(ctx context.Context, name string) (AbortResult, error) {
+	if err := m.settled(ctx); err != nil {
+		return AbortResult{}, err
+	}
 	m.opMu.Lock()
-	defer m.opMu.Unlock()
-	return m.abortLocked(ctx, name)
+	res, err := m.abortLocked(ctx, name)
+	m.opMu.Unlock()
+	return res, m.settle(ctx, err)
 }
 
 // abortLocked is Abort for a caller holding opMu.
@@ -780,6 +796,13 @@ func (m *Manager) checkpoint(ctx context.Context, b *branch, label string) (chec
 
 // Restore rolls branch name back to checkpoint label, in O(1).
 func (m *Manager) Restore(ctx context.Context, name, label string) error {
+	if err := m.settled(ctx); err != nil {
+		return err
+	}
+	return m.settle(ctx, m.restoreOnce(ctx, name, label))
+}
+
+func (m *Manager) restoreOnce(ctx context.Context, name, label string) error {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	b, err := m.live(name)
@@ -868,4 +891,39 @@ func (m *Manager) durable(ctx context.Context) error {
 		return nil
 	}
 	return m.cow.Sync(ctx)
+}
+
+// settle follows a lifecycle operation that returned err. When the store
+// could not say whether the operation's transaction was applied
+// (kv.ErrUnknownOutcome: an etcd leader lost mid-commit), the records
+// this Manager holds may be older than the stored ones: a commit applied
+// though its answer was lost leaves the parent's old top and generation
+// in memory, and a fork from it would take the old state and be
+// invalidated by the next reload. So every record is read again before
+// the error returns, and the next operation starts from the stored
+// state. If that read fails too, the next operation reads them first
+// (settled).
+func (m *Manager) settle(ctx context.Context, err error) error {
+	if !errors.Is(err, kv.ErrUnknownOutcome) {
+		return err
+	}
+	if rerr := m.reloadAll(ctx); rerr != nil {
+		m.unsettled.Store(true)
+		return fmt.Errorf("%w (reading the branch records again failed too: %v; the next branch operation reads them first)", err, rerr)
+	}
+	m.unsettled.Store(false)
+	return fmt.Errorf("%w (the branch records were read again: list the branches to see whether it was applied)", err)
+}
+
+// settled reads every record again when an unknown outcome left the
+// Manager unsure of them (see settle). The caller does not hold opMu.
+func (m *Manager) settled(ctx context.Context) error {
+	if !m.unsettled.Load() {
+		return nil
+	}
+	if err := m.reloadAll(ctx); err != nil {
+		return fmt.Errorf("branches: an earlier operation's outcome is unknown and the branch records cannot be read again: %w; retry once the store answers", err)
+	}
+	m.unsettled.Store(false)
+	return nil
 }

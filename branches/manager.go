@@ -263,6 +263,7 @@ type Manager struct {
 	}
 
 	refreshed atomic.Int64 // watch events applied (refresh.go)
+	unsettled atomic.Bool  // an unknown outcome's records are not read again yet (lifecycle.go: settle)
 	lease     Lease        // ownership (owner.go); protected by mu
 
 	reclaim chan struct{}
