@@ -710,7 +710,7 @@ func (f *View) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog
 	if err := f.cutExtentsFrom(tx, st.stack[0], n.Ino, keep, refs); err != nil {
 		return err
 	}
-	if err := f.dropOwnData(tx, st, n.Ino, keep, 0); err != nil {
+	if _, err := f.dropOwnData(tx, st, n.Ino, keep, 0); err != nil {
 		return err
 	}
 	if size%bs != 0 {

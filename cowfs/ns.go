@@ -531,7 +531,7 @@ func (f *View) link(ino, dir InodeID, name string) (Attr, error) {
 
 // dropLink removes the link (dir, name) from n and deletes n when no link
 // is left: a tombstone when lower layers hold it, else its records go.
-func (f *View) dropLink(tx kv.Txn, st state, n *inode, dir InodeID, name string) error {
+func (f *View) dropLink(tx kv.Txn, st state, n *inode, dir InodeID, name string, left *[]leftData) error {
 	for i, l := range n.Links {
 		if l.Dir == dir && l.Name == name {
 			n.Links = append(n.Links[:i:i], n.Links[i+1:]...)
@@ -545,14 +545,43 @@ func (f *View) dropLink(tx kv.Txn, st state, n *inode, dir InodeID, name string)
 		n.Nlink = uint32(len(n.Links))
 	}
 	if n.Type == TypeDir || len(n.Links) == 0 {
-		return f.deleteInode(tx, st, n)
+		return f.deleteInode(tx, st, n, left)
 	}
 	return f.put(tx, st, n)
 }
 
-func (f *View) deleteInode(tx kv.Txn, st state, n *inode) error {
-	if err := f.dropOwnData(tx, st, n.Ino, 0, 50000); err != nil {
+// leftData names a deleted inode whose blocks in a layer its
+// transaction did not all delete (see deleteInode).
+type leftData struct {
+	layer LayerID
+	ino   InodeID
+}
+
+// dataDeletesInTxn is how many of a deleted inode's block references the
+// transaction that deletes it may delete itself: what the store's limits
+// leave after the namespace change (a few dozen reads and writes, and a
+// read per layer of the stack), at most 50,000. On etcd's defaults that
+// is about 90, so the blocks of a file over ~3 MiB go in later batches.
+func dataDeletesInTxn(lim kv.Limits, depth int) int {
+	const reserve = 32
+	n := min(lim.Writes, lim.Reads) - reserve - depth
+	if lim.Bytes > 0 {
+		n = min(n, lim.Bytes/2/(64+2*lim.OpBytes))
+	}
+	return max(1, min(n, 50000))
+}
+
+// deleteInode deletes n, which lost its last link, in the top layer. It
+// deletes the top layer's blocks of n as far as the store's limits allow
+// in tx; if some may remain it appends them to left, for the caller to
+// purge (purgeLeft) once tx committed: nothing reads them then, since n's
+// record is gone from the top layer.
+func (f *View) deleteInode(tx kv.Txn, st state, n *inode, left *[]leftData) error {
+	limit := dataDeletesInTxn(f.store.Limits(), len(st.stack))
+	if more, err := f.dropOwnData(tx, st, n.Ino, 0, limit); err != nil {
 		return err
+	} else if more {
+		*left = append(*left, leftData{st.stack[0], n.Ino})
 	}
 	layers, err := f.layersOf(tx, st, n.Ino)
 	if err != nil {
@@ -567,12 +596,24 @@ func (f *View) deleteInode(tx kv.Txn, st state, n *inode) error {
 	return tx.Delete(inodeKey(st.stack[0], n.Ino))
 }
 
+// purgeLeft deletes, in transactions of their own, the blocks deleteInode
+// left. The namespace change committed already, so a failure is logged,
+// not returned: the blocks are freed with their layer.
+func (f *View) purgeLeft(left []leftData) {
+	for _, l := range left {
+		if err := f.s.PurgeData(f.ctx, l.layer, []InodeID{l.ino}); err != nil {
+			f.s.opts.Logger.Warn("cowfs: the blocks of a deleted file stay until their layer is reclaimed", "layer", l.layer, "inode", l.ino, "err", err)
+		}
+	}
+}
+
 // dropOwnData deletes the top layer's blocks of ino from block index from,
-// at most limit of them when limit > 0. A deleted inode may leave blocks
-// behind (its record is gone, so nothing reads them; they are freed with
-// the layer) rather than overflow the transaction; a truncate must drop
-// them all (limit 0), or fail with EFBIG.
-func (f *View) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64, limit int) error {
+// at most limit of them when limit > 0, and reports whether more may
+// remain (it stopped at limit). A deleted inode may leave blocks behind
+// (its record is gone, so nothing reads them) for purgeLeft rather than
+// overflow the transaction; a truncate must drop them all (limit 0), or
+// fail with EFBIG.
+func (f *View) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64, limit int) (bool, error) {
 	pfx := dataPrefix(st.stack[0], ino)
 	var keys [][]byte
 	err := tx.Iterate(pfx, dataKey(st.stack[0], ino, from), true, func(k, _ []byte) (bool, error) {
@@ -580,14 +621,14 @@ func (f *View) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64, limit 
 		return limit <= 0 || len(keys) < limit, nil
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, k := range keys {
 		if err := tx.Delete(k); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return limit > 0 && len(keys) == limit, nil
 }
 
 func (f *View) remove(dir InodeID, name string, isDir bool) error {
@@ -604,7 +645,9 @@ func (f *View) remove(dir InodeID, name string, isDir bool) error {
 	if e := CheckName(name); e != 0 {
 		return pathErr(op, name, e)
 	}
-	return f.update(op, name, true, func(tx kv.Txn, st state) error {
+	var left []leftData
+	err := f.update(op, name, true, func(tx kv.Txn, st state) error {
+		left = left[:0]
 		d, err := f.dirForWrite(tx, st, dir)
 		if err != nil {
 			return err
@@ -639,8 +682,12 @@ func (f *View) remove(dir InodeID, name string, isDir bool) error {
 		if err := f.put(tx, st, d); err != nil {
 			return err
 		}
-		return f.dropLink(tx, st, n, dir, en.Name)
+		return f.dropLink(tx, st, n, dir, en.Name, &left)
 	})
+	if err == nil {
+		f.purgeLeft(left)
+	}
+	return err
 }
 
 func (f *View) dirEmpty(tx kv.Txn, st state, dir InodeID) (bool, error) {
@@ -675,7 +722,9 @@ func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName st
 			return pathErr("rename", nm, e)
 		}
 	}
-	return f.update("rename", srcName, true, func(tx kv.Txn, st state) error {
+	var left []leftData
+	err := f.update("rename", srcName, true, func(tx kv.Txn, st state) error {
+		left = left[:0]
 		sd, err := f.dirForWrite(tx, st, srcDir)
 		if err != nil {
 			return err
@@ -730,7 +779,7 @@ func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName st
 				}
 				dd.Nlink--
 			}
-			if err := f.dropLink(tx, st, old, dstDir, de.Name); err != nil {
+			if err := f.dropLink(tx, st, old, dstDir, de.Name, &left); err != nil {
 				return err
 			}
 		case !errors.Is(err, syscall.ENOENT):
@@ -769,6 +818,10 @@ func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName st
 		}
 		return f.put(tx, st, n)
 	})
+	if err == nil {
+		f.purgeLeft(left)
+	}
+	return err
 }
 
 // respell stores entry e of directory d at slot s under name, another
