@@ -23,6 +23,10 @@ type blockReader struct {
 	chunks chunkCache // chunks of chunk references read lately
 	// fetched holds blobs prefetched for one READ (blob store only).
 	fetched map[[32]byte][]byte
+	// frozen, for a READ's reader (newReadBlockReader), is the cached
+	// view of the frozen layers; layers then holds the top layer at most.
+	frozen *frozenData
+	gen    readGen // the generation frozen is used under
 }
 
 func (f *View) newBlockReader(tx kv.Txn, st state, ino InodeID) (*blockReader, error) {
@@ -77,6 +81,9 @@ func (br *blockReader) blocks(first, last uint64) (map[uint64]resolved, error) {
 // first+i, with a nil ref for a hole. The references alias the
 // transaction's buffers: use them before it ends.
 func (br *blockReader) blockRange(first, last uint64) ([]resolved, error) {
+	if br.frozen != nil {
+		return br.blockRangeCached(first, last)
+	}
 	out := make([]resolved, last-first+1)
 	err := br.resolve(first, last,
 		func(idx uint64) bool { return out[idx-first].ref != nil },
@@ -93,9 +100,15 @@ func (br *blockReader) blockRange(first, last uint64) ([]resolved, error) {
 // block references of [first, last], and hands every visible block not
 // already found (has) to put.
 func (br *blockReader) resolve(first, last uint64, has func(uint64) bool, put func(uint64, resolved)) error {
+	return br.resolveLayers(br.layers, br.cuts, first, last, has, put)
+}
+
+// resolveLayers is resolve through layers (top first) whose records have
+// cuts.
+func (br *blockReader) resolveLayers(layers []LayerID, cuts []uint64, first, last uint64, has func(uint64) bool, put func(uint64, resolved)) error {
 	bs := br.f.bs
 	limit := uint64(1<<64 - 1)
-	for i, l := range br.layers {
+	for i, l := range layers {
 		pfx := dataPrefix(l, br.ino)
 		start := u64(append([]byte(nil), pfx...), first)
 		err := br.tx.Iterate(pfx, start, false, func(k, v []byte) (bool, error) {
@@ -123,8 +136,8 @@ func (br *blockReader) resolve(first, last uint64, has func(uint64) bool, put fu
 		if err != nil {
 			return err
 		}
-		if br.cuts[i] < limit {
-			limit = br.cuts[i]
+		if cuts[i] < limit {
+			limit = cuts[i]
 		}
 		if limit == 0 {
 			break
@@ -284,6 +297,7 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 	}
 	var n int
 	var eof bool
+	rg := f.readGen() // before the READ's snapshot
 	err := f.view(func(tx kv.Txn, st state) error {
 		nd, err := f.known(tx, st, ino)
 		if err != nil {
@@ -309,7 +323,7 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		if end == uint64(off) {
 			return nil
 		}
-		br, err := f.newBlockReader(tx, st, ino)
+		br, err := f.newReadBlockReader(tx, st, ino, rg)
 		if err != nil {
 			return err
 		}

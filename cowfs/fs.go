@@ -47,6 +47,12 @@ type Options struct {
 	// entries (default DefaultInodeCacheBytes, 8 MiB, per view); when an
 	// entry would take it past the bound it starts over.
 	InodeCacheBytes int
+	// BlockCacheBytes bounds the view's cache of the frozen layers' block
+	// references (readcache.go) by the estimated memory of its entries
+	// (default DefaultBlockCacheBytes, 8 MiB, per view: about 80,000
+	// blocks, 2.5 GiB of file data at 32 KiB blocks); when an entry would
+	// take it past the bound it starts over. Negative disables the cache.
+	BlockCacheBytes int
 	// Blobs, when set, holds block and chunk content instead of the kv
 	// store's 'c' keys (docs/design.md, "Blocks in object storage"): writes
 	// upload to it before the transaction referencing the content commits,
@@ -70,6 +76,9 @@ const DefaultInodeCacheSize = 1 << 16
 // for about 30,000 inodes of one name each.
 const DefaultInodeCacheBytes = 8 << 20
 
+// DefaultBlockCacheBytes is the default Options.BlockCacheBytes: 8 MiB.
+const DefaultBlockCacheBytes = 8 << 20
+
 // EnsureDefaults fills zero fields with defaults.
 func (o *Options) EnsureDefaults() {
 	if o.BlockSize <= 0 {
@@ -89,6 +98,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.InodeCacheBytes <= 0 {
 		o.InodeCacheBytes = DefaultInodeCacheBytes
+	}
+	if o.BlockCacheBytes == 0 {
+		o.BlockCacheBytes = DefaultBlockCacheBytes
 	}
 }
 
@@ -146,6 +158,15 @@ type View struct {
 	cache map[InodeID]*frozenInode
 	// cacheBytes is the estimated memory of cache's entries.
 	cacheBytes int
+	// blocks caches what the frozen layers hold of inodes' data: their
+	// records' cuts and their resolved block references (readcache.go).
+	// Same invariant as cache, plus: it is dropped when the Store's refGen
+	// moves (a store-level change of block references).
+	blocks map[InodeID]*frozenData
+	// blocksBytes is the estimated memory of blocks' entries.
+	blocksBytes int
+	// blocksGen is the Store's refGen blocks was filled under.
+	blocksGen uint64
 }
 
 // frozenInode is what the frozen layers of a stack hold of one inode.
@@ -186,6 +207,8 @@ func (f *View) dropCache() {
 	f.cacheMu.Lock()
 	f.cache = map[InodeID]*frozenInode{}
 	f.cacheBytes = 0
+	f.blocks = nil
+	f.blocksBytes = 0
 	f.cacheMu.Unlock()
 }
 

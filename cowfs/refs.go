@@ -38,7 +38,20 @@ func (f *View) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) 
 
 // updateRefs runs fn in a read-write transaction under the tracker, and
 // records for a running sweep the hashes the committed attempt logged.
+// fn may change block references of frozen layers (rechunk, coalesce,
+// fold, merge): every view's cache of them is dropped (readcache.go).
 func (s *Store) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
+	s.refBusy.Add(1)
+	defer func() {
+		s.refGen.Add(1)
+		s.refBusy.Add(-1)
+	}()
+	return s.updateTopRefs(ctx, fn)
+}
+
+// updateTopRefs is updateRefs for a view's own writes, which change only
+// its top layer and so leave the caches of frozen references alone.
+func (s *Store) updateTopRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
 	return s.tracker.commitWith(func(record func([][]byte)) error {
 		var refs refLog
 		err := s.updateContent(ctx, func(tx kv.Txn) error {
@@ -56,6 +69,6 @@ func (s *Store) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog)
 // write block references.
 func (f *View) updateData(op, name string, fn func(tx kv.Txn, st state, refs *refLog) error) error {
 	return f.write(op, name, func(st state) error {
-		return f.updateRefs(f.ctx, func(tx kv.Txn, refs *refLog) error { return fn(tx, st, refs) })
+		return f.s.updateTopRefs(f.ctx, func(tx kv.Txn, refs *refLog) error { return fn(tx, st, refs) })
 	})
 }

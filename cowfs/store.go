@@ -23,6 +23,12 @@ type Store struct {
 	opts    Options       // read only, defaults filled in
 	xs      *crossSweep   // with opts.Leases: the handshake with other servers' sweeps (xsweep.go); read only
 	format3 atomic.Bool   // the store is of format 3 (extentsFormat)
+	// refGen counts store-level changes of block references (rechunk,
+	// coalesce, fold, merge) and refBusy those in flight: the views' caches
+	// of frozen block references (readcache.go) are dropped when refGen
+	// moves and neither used nor filled while refBusy is non-zero.
+	refGen  atomic.Uint64
+	refBusy atomic.Int64
 }
 
 // Open returns the Store of st. It checks the store's format (see

@@ -1,0 +1,220 @@
+package cowfs
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
+)
+
+// layerKeyStore records, per layer, how many of its inode record and
+// block reference keys transactions read (point reads and keys iterated).
+type layerKeyStore struct {
+	kv.Store
+	mu   sync.Mutex
+	read map[LayerID]int
+}
+
+func (c *layerKeyStore) View(ctx context.Context, fn func(kv.Txn) error) error {
+	return c.Store.View(ctx, func(tx kv.Txn) error { return fn(layerKeyTxn{tx, c}) })
+}
+
+func (c *layerKeyStore) Update(ctx context.Context, fn func(kv.Txn) error) error {
+	return c.Store.Update(ctx, func(tx kv.Txn) error { return fn(layerKeyTxn{tx, c}) })
+}
+
+func (c *layerKeyStore) note(k []byte) {
+	if len(k) > 9 && k[0] == pfxLayerData && (k[9] == kindData || k[9] == kindInode) {
+		c.mu.Lock()
+		c.read[LayerID(binary.BigEndian.Uint64(k[1:9]))]++
+		c.mu.Unlock()
+	}
+}
+
+func (c *layerKeyStore) reset() map[LayerID]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.read
+	c.read = map[LayerID]int{}
+	return r
+}
+
+type layerKeyTxn struct {
+	kv.Txn
+	c *layerKeyStore
+}
+
+func (t layerKeyTxn) Get(k []byte) ([]byte, error) { t.c.note(k); return t.Txn.Get(k) }
+
+func (t layerKeyTxn) GetFunc(k []byte, fn func([]byte) error) error {
+	t.c.note(k)
+	return t.Txn.GetFunc(k, fn)
+}
+
+func (t layerKeyTxn) Has(k []byte) (bool, error) { t.c.note(k); return t.Txn.Has(k) }
+
+func (t layerKeyTxn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) (bool, error)) error {
+	return t.Txn.Iterate(prefix, start, keysOnly, func(k, v []byte) (bool, error) {
+		t.c.note(k)
+		return fn(k, v)
+	})
+}
+
+// TestReadCacheNoFrozenKeys: a repeated READ of data in frozen layers reads
+// none of their inode record or block reference keys, with or without a
+// record of the file in the top layer, and sees what the top layer writes
+// over it.
+func TestReadCacheNoFrozenKeys(t *testing.T) {
+	const bs = 4096
+	cs := &layerKeyStore{Store: kvtest.NewStore(t), read: map[LayerID]int{}}
+	_, f := newTestTree(t, cs, Options{BlockSize: bs})
+	data := randBytes(rand.New(rand.NewPCG(1, 2)), 300*bs)
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(a.Ino, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, y := pushLayer(t, f)
+	_, z := pushLayer(t, f) // stack: top, z (empty), y (the data)
+	buf := make([]byte, 100*bs)
+	read := func(off int) map[LayerID]int {
+		t.Helper()
+		cs.reset()
+		n, _, err := f.ReadAt(a.Ino, buf, int64(off))
+		if err != nil || n != len(buf) || !bytes.Equal(buf, data[off:off+n]) {
+			t.Fatalf("read at %d: %d bytes, %v, or not the bytes written", off, n, err)
+		}
+		return cs.reset()
+	}
+	if first := read(50 * bs); first[y] == 0 {
+		t.Fatalf("the first READ read no key of the frozen layer: %v", first)
+	}
+	for _, off := range []int{50 * bs, 60*bs + 17} {
+		if got := read(off); got[y] != 0 || got[z] != 0 {
+			t.Fatalf("a repeated READ at %d read frozen layers' keys: %v (y=%d, z=%d)", off, got, y, z)
+		}
+	}
+	// A write in the top layer: the READ reads the top's keys and still
+	// none of the frozen ones.
+	edit := bytes.Repeat([]byte{'x'}, 3*bs)
+	if _, err := f.WriteAt(a.Ino, edit, 70*bs+100); err != nil {
+		t.Fatal(err)
+	}
+	copy(data[70*bs+100:], edit)
+	got := read(50 * bs)
+	if got[y] != 0 || got[z] != 0 || got[f.Top()] == 0 {
+		t.Fatalf("a READ after a write in the top read keys %v, want the top's (%d) only", got, f.Top())
+	}
+}
+
+// TestReadCacheModel runs random writes, truncates, new layers,
+// checkpoints and restores, folds, prunes, rechunks of frozen layers and
+// sweeps on one view (its caches kept across all of them), and checks the
+// files against a model after each step, READs repeated so they hit the
+// cache. A small cache bound makes it start over often.
+func TestReadCacheModel(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	for _, cacheBytes := range []int{0, 3000} {
+		for seed := range 3 {
+			t.Run(fmt.Sprint(cacheBytes, "/", seed), func(t *testing.T) {
+				sto, f := newTestTree(t, kvtest.NewStore(t), Options{BlockSize: bs, InlineMax: 64, BlockCacheBytes: cacheBytes})
+				r := rand.New(rand.NewPCG(uint64(seed), 99))
+				fm := newFileModel(t, f)
+				var inos []InodeID
+				for i := range 2 {
+					inos = append(inos, fm.create(fmt.Sprint("f", i), randBytes(r, 100*bs+r.IntN(bs))))
+				}
+				checkpoints := map[LayerID]map[InodeID][]byte{}
+				for step := range 60 {
+					ino := inos[r.IntN(len(inos))]
+					size := len(fm.files[ino])
+					stack := f.Stack()
+					var op string
+					switch k := r.IntN(11); {
+					case k < 3:
+						off := r.IntN(size + 2*bs)
+						n := 1 + r.IntN(20*bs)
+						fm.write(ino, off, randBytes(r, n))
+						op = fmt.Sprintf("write of %d at %d", n, off)
+					case k == 3:
+						sz := r.IntN(size + 4*bs)
+						fm.truncate(ino, sz)
+						op = fmt.Sprintf("truncate to %d", sz)
+					case k == 4 && len(stack) < 5:
+						pushLayer(t, f)
+						op = "new layer"
+					case k == 5:
+						// A checkpoint freezes the top and keeps it.
+						_, y := pushLayer(t, f)
+						saved := map[InodeID][]byte{}
+						for i, b := range fm.files {
+							saved[i] = bytes.Clone(b)
+						}
+						checkpoints[y] = saved
+						op = "checkpoint"
+					case k == 6 && len(checkpoints) > 0:
+						cps := slices.Sorted(maps.Keys(checkpoints))
+						c := cps[r.IntN(len(cps))]
+						top, err := sto.NewLayerOver(ctx, c)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := f.SetTop(top); err != nil {
+							t.Fatal(err)
+						}
+						for i, b := range checkpoints[c] {
+							fm.files[i] = bytes.Clone(b)
+						}
+						op = "restore"
+					case k == 7 && len(stack) >= 3 && checkpoints[stack[1]] == nil && checkpoints[stack[2]] == nil:
+						// Fold the frozen x into y below it, with the view
+						// reading through both meanwhile, then re-point
+						// the top at y.
+						top, x, y := stack[0], stack[1], stack[2]
+						checkFiles(t, fm, "before the fold", bs)
+						if err := sto.FoldDown(ctx, x, y); err != nil {
+							t.Fatal(err)
+						}
+						checkFiles(t, fm, "after the fold, before the re-pointing", bs)
+						if err := sto.Update(ctx, func(tx *Txn) error { return tx.PutLayer(top, y) }); err != nil {
+							t.Fatal(err)
+						}
+						if err := f.SetTop(top); err != nil {
+							t.Fatal(err)
+						}
+						if _, err := sto.DeleteLayer(ctx, x); err != nil {
+							t.Fatal(err)
+						}
+						op = "fold"
+					case k == 8 && len(stack) >= 2 && checkpoints[stack[1]] == nil:
+						if _, err := sto.PruneShadowed(ctx, stack[0], stack[1]); err != nil {
+							t.Fatal(err)
+						}
+						op = "prune of the layer below"
+					case k == 9 && len(stack) >= 2:
+						l := stack[1+r.IntN(len(stack)-1)]
+						if _, err := sto.Rechunk(ctx, l, 1<<40); err != nil {
+							t.Fatal(err)
+						}
+						op = "rechunk of a frozen layer"
+					default:
+						sweep(t, sto)
+						op = "sweep"
+					}
+					checkFiles(t, fm, fmt.Sprintf("step %d (%s)", step, op), bs)
+				}
+			})
+		}
+	}
+}
