@@ -298,7 +298,7 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 	var n int
 	var eof bool
 	rg := f.readGen() // before the READ's snapshot
-	err := f.view(func(tx kv.Txn, st state) error {
+	read := func(tx kv.Txn, st state) error {
 		nd, err := f.known(tx, st, ino)
 		if err != nil {
 			return err
@@ -344,7 +344,18 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		}
 		n = int(end - uint64(off))
 		return nil
-	})
+	}
+	err := f.view(read)
+	if err != nil && rg.ok && errors.Is(err, kv.ErrNotFound) {
+		// A reference cached from the frozen layers may name content that
+		// another server over the same store replaced (rechunk, coalesce:
+		// the same bytes under other references) and then swept, which
+		// this server's reference generation does not see (readcache.go).
+		// Read again without the cache, and drop it.
+		f.dropCache()
+		rg = readGen{}
+		err = f.view(read)
+	}
 	return n, eof, f.wrap("read", "", err)
 }
 
