@@ -16,6 +16,16 @@ import (
 // GCAfterSwept; once the store is idle, the reclaimer prunes them and
 // gives their space back by itself.
 func TestIdleGC(t *testing.T) {
+	// Back to back, the idle reclaimer may run after any round or after
+	// the last only. With a pause after each round (the test waits for
+	// the idle reclaimer to prune the version the round replaced), it
+	// runs after every round, and prunes versions a GC before rechunked.
+	for _, pause := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pause=%v", pause), func(t *testing.T) { testIdleGC(t, pause) })
+	}
+}
+
+func testIdleGC(t *testing.T, pause bool) {
 	// Each round replaces 4 MiB, what the idle reclaimer waits for before
 	// it gives space back, so that every pause gives the space back
 	// however the rounds and the pauses interleave.
@@ -42,6 +52,18 @@ func TestIdleGC(t *testing.T) {
 		gcWrite(t, m, name, "big", want)
 		if _, err := m.Commit(ctx, name); err != nil {
 			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(2 * time.Minute); pause; time.Sleep(20 * time.Millisecond) {
+			rep, err := m.Space(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.ContentBytes <= size {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the idle reclaimer did not prune the replaced version in 2 minutes: %+v", i, rep)
+			}
 		}
 	}
 	// Wait for the reclaimer (a liveness bound, not a speed target).
