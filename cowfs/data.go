@@ -299,7 +299,10 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 	var eof bool
 	rg := f.readGen() // before the READ's snapshot
 	read := func(tx kv.Txn, st state) error {
-		nd, err := f.known(tx, st, ino)
+		nd, l, err := f.getInode(tx, st, ino) // f.known, keeping the layer
+		if errors.Is(err, syscall.ENOENT) {
+			return syscall.ESTALE
+		}
 		if err != nil {
 			return err
 		}
@@ -323,7 +326,11 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		if end == uint64(off) {
 			return nil
 		}
-		br, err := f.newReadBlockReader(tx, st, ino, rg)
+		var top *inode // the top layer's record; nil: it holds none
+		if l == st.stack[0] {
+			top = nd
+		}
+		br, err := f.newReadBlockReader(tx, st, ino, top, rg)
 		if err != nil {
 			return err
 		}

@@ -62,17 +62,15 @@ func (f *View) canFill(rg readGen) bool {
 	return f.s.refBusy.Load() == 0 && f.s.refGen.Load() == rg.gen
 }
 
-// newReadBlockReader is newBlockReader for a READ: the frozen layers come
-// from the cache (filled on a miss), and only the top layer is read.
-func (f *View) newReadBlockReader(tx kv.Txn, st state, ino InodeID, rg readGen) (*blockReader, error) {
+// newReadBlockReader is newBlockReader for a READ of an inode whose top
+// layer's record the caller read (top, nil if that layer holds none): the
+// frozen layers come from the cache (filled on a miss), and only the top
+// layer's references are read.
+func (f *View) newReadBlockReader(tx kv.Txn, st state, ino InodeID, top *inode, rg readGen) (*blockReader, error) {
 	if !rg.ok || len(st.stack) < 2 {
 		return f.newBlockReader(tx, st, ino)
 	}
 	br := &blockReader{f: f, tx: tx, ino: ino}
-	top, err := layerInode(tx, st.stack[0], ino)
-	if err != nil {
-		return nil, err
-	}
 	if top != nil {
 		cut := top.Cut
 		if top.Deleted {
