@@ -35,29 +35,39 @@ func (f *View) newBlockReader(tx kv.Txn, st state, ino InodeID) (*blockReader, e
 		return nil, err
 	}
 	br := &blockReader{f: f, tx: tx, ino: ino}
+	br.layers, br.cuts, err = dataLayers(tx, layers, ino)
+	if err != nil {
+		return nil, err
+	}
+	return br, nil
+}
+
+// dataLayers returns, of layers (top first), those holding a record of
+// ino with its cut (0 for a tombstone), down to the first whose cut is 0:
+// nothing below it is visible.
+func dataLayers(tx kv.Txn, layers []LayerID, ino InodeID) (held []LayerID, cuts []uint64, err error) {
 	for _, l := range layers {
 		v, err := tx.Get(inodeKey(l, ino))
 		if errors.Is(err, kv.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		n, err := decodeInode(ino, v)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		br.layers = append(br.layers, l)
 		cut := n.Cut
 		if n.Deleted {
 			cut = 0
 		}
-		br.cuts = append(br.cuts, cut)
+		held, cuts = append(held, l), append(cuts, cut)
 		if cut == 0 {
-			break // nothing below is visible
+			break
 		}
 	}
-	return br, nil
+	return held, cuts, nil
 }
 
 // resolved is one visible block: its reference and the byte limit (within

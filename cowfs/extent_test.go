@@ -366,21 +366,7 @@ func TestExtentReadKeys(t *testing.T) {
 // sweep runs a block sweep marking what every layer names.
 func sweep(t *testing.T, s *Store) {
 	t.Helper()
-	w, err := s.BeginSweep(func(tx *Txn) ([]LayerID, error) {
-		var layers []LayerID
-		err := eachLayer(tx.tx, true, func(l, _ LayerID) (bool, error) {
-			layers = append(layers, l)
-			return true, nil
-		})
-		return layers, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.End()
-	if _, err := w.Run(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	runSweep(t, s, func() {})
 }
 
 // TestWriteChunkedWritesExtents: a chunked write (an import) stores runs

@@ -2,7 +2,6 @@ package cowfs
 
 import (
 	"bytes"
-	"errors"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -105,26 +104,8 @@ func (f *View) frozenDataOf(tx kv.Txn, st state, ino InodeID, rg readGen) (*froz
 		return nil, err
 	}
 	fd := &frozenData{groups: map[uint64][]resolved{}}
-	for _, l := range fr.layers {
-		v, err := tx.Get(inodeKey(l, ino))
-		if errors.Is(err, kv.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		n, err := decodeInode(ino, v)
-		if err != nil {
-			return nil, err
-		}
-		cut := n.Cut
-		if n.Deleted {
-			cut = 0
-		}
-		fd.layers, fd.cuts = append(fd.layers, l), append(fd.cuts, cut)
-		if cut == 0 {
-			break
-		}
+	if fd.layers, fd.cuts, err = dataLayers(tx, fr.layers, ino); err != nil {
+		return nil, err
 	}
 	f.cacheMu.Lock()
 	defer f.cacheMu.Unlock()

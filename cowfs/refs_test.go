@@ -13,6 +13,15 @@ import (
 // Every layer counts as live (a stricter sweep deletes only more).
 func sweepAround(t *testing.T, s *Store, between func()) {
 	t.Helper()
+	if runSweep(t, s, between) == 0 {
+		t.Fatal("the sweep has no candidate: the test set-up left no unreferenced content")
+	}
+}
+
+// runSweep is sweepAround that returns how many contents it deleted,
+// none included.
+func runSweep(t *testing.T, s *Store, between func()) int {
+	t.Helper()
 	w, err := s.BeginSweep(func(tx *Txn) ([]LayerID, error) {
 		var layers []LayerID
 		err := eachLayer(tx.tx, true, func(l, _ LayerID) (bool, error) {
@@ -30,9 +39,7 @@ func sweepAround(t *testing.T, s *Store, between func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n == 0 {
-		t.Fatal("the sweep has no candidate: the test set-up left no unreferenced content")
-	}
+	return n
 }
 
 func randBytes(r *rand.Rand, n int) []byte {
