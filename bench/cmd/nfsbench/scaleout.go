@@ -36,22 +36,22 @@ type scaleOutResult struct {
 // scaleOutRow holds one backend's figures: latencies in µs, throughput in
 // MiB/s, creates in files/s.
 type scaleOutRow struct {
-	Backend   string        `json:"backend"`
-	Fork      stats.Summary `json:"fork_us"`
-	Commit    stats.Summary `json:"commit_us"` // a branch with one new 4 KiB file
-	Abort     stats.Summary `json:"abort_us"`
-	SeqWrite  stats.Summary `json:"seq_write_mibps"`
-	ReadWarm  stats.Summary `json:"seq_read_warm_mibps"` // right after the write
-	ReadCold  stats.Summary `json:"seq_read_cold_mibps"` // after a server restart (and an emptied block cache)
-	Create    stats.Summary `json:"create_ops"`          // CREATE + one 1 KiB FILE_SYNC WRITE per file
-	Stat      stats.Summary `json:"stat_ops"`
+	Backend  string        `json:"backend"`
+	Fork     stats.Summary `json:"fork_us"`
+	Commit   stats.Summary `json:"commit_us"` // a branch with one new 4 KiB file
+	Abort    stats.Summary `json:"abort_us"`
+	SeqWrite stats.Summary `json:"seq_write_mibps"`
+	ReadWarm stats.Summary `json:"seq_read_warm_mibps"` // right after the write
+	ReadCold stats.Summary `json:"seq_read_cold_mibps"` // after a server restart (and an emptied block cache)
+	Create   stats.Summary `json:"create_ops"`          // CREATE + one 1 KiB FILE_SYNC WRITE per file
+	Stat     stats.Summary `json:"stat_ops"`
 	// ReadCPU is the server's CPU time (user + system) per GiB of warm
 	// sequential read.
 	ReadCPU stats.Summary `json:"server_cpu_ms_per_gib_warm_read"`
 	// RangesPerRead is the etcd Range calls (reads) the cluster served
 	// per READ of the warm read, from the members' metrics.
 	RangesPerRead stats.Summary `json:"etcd_ranges_per_warm_read,omitempty"`
-	Error     string        `json:"error,omitempty"`
+	Error         string        `json:"error,omitempty"`
 }
 
 // scaleBackend is one server under test in the section.

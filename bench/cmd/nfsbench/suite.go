@@ -123,8 +123,8 @@ type suite struct {
 	// (internal/testbin/etcdmember) and S3 server.
 	etcdMember, versitygw string
 	res                   *Results
-	log      io.Writer
-	sections map[string]bool
+	log                   io.Writer
+	sections              map[string]bool
 }
 
 func (s *suite) logf(format string, a ...any) {
