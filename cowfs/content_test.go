@@ -19,6 +19,12 @@ import (
 // again with content in a blob store (openStore gives each store the
 // disk cache over a blobs.Mem, see testContent).
 func TestOverBlobs(t *testing.T) {
+	runContentSuite(t)
+}
+
+// runContentSuite runs the tests that store and read content, which
+// TestOverBlobs and TestOverLeases run again under other options.
+func runContentSuite(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		fn   func(*testing.T)

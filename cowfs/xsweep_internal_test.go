@@ -21,26 +21,7 @@ import (
 // is a stand-in over the test's own store (testLeased): it never expires,
 // and each commit's required intents are checked to exist.
 func TestOverLeases(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{
-		{"SmokeLayers", TestSmokeLayers},
-		{"DataAcrossLayers", TestDataAcrossLayers},
-		{"KillSetID", TestKillSetID},
-		{"PruneShadowed", TestPruneShadowed},
-		{"RechunkReadsSame", TestRechunkReadsSame},
-		{"WriteChunkedDedupes", TestWriteChunkedDedupes},
-		{"ChunkReadFetchesOnce", TestChunkReadFetchesOnce},
-		{"SweepKeepsChunks", TestSweepKeepsChunks},
-		{"RechunkRaceSweep", TestRechunkRaceSweep},
-		{"ReclaimRaceTruncate", TestReclaimRaceTruncate},
-		{"ReclaimRaceFoldTrim", TestReclaimRaceFoldTrim},
-		{"BlobContent", testBlobContent},
-		{"SpaceCountsContent", TestSpaceCountsContent},
-	} {
-		t.Run(tc.name, tc.fn)
-	}
+	runContentSuite(t)
 }
 
 // overLeases names TestOverLeases, whose tests' stores get a blob store

@@ -172,21 +172,25 @@ clients are named): unmount first, or pass --force.`,
 }
 
 func runAbort(ctx context.Context, o *nameOptions) error {
-	return withBackend(ctx, o.globalOptions, func(b *backend) error {
-		abort := b.Abort
-		if o.Force && b.client != nil {
-			abort = b.client.ForceAbort
-		}
-		res, err := abort(ctx, o.Name)
-		if err != nil {
-			return err
-		}
-		if o.JSON {
-			return writeJSON(o.stdout, res)
-		}
-		fmt.Fprintf(o.stdout, "aborted %s\n", strings.Join(res.Aborted, ", "))
-		return nil
-	})
+	return withBackend(ctx, o.globalOptions, func(b *backend) error { return abortWith(ctx, b, o, o.Force) })
+}
+
+// abortWith aborts branch o.Name through b (past its NFS clients if
+// force) and prints what it aborted.
+func abortWith(ctx context.Context, b *backend, o *nameOptions, force bool) error {
+	abort := b.Abort
+	if force && b.client != nil {
+		abort = b.client.ForceAbort
+	}
+	res, err := abort(ctx, o.Name)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return writeJSON(o.stdout, res)
+	}
+	fmt.Fprintf(o.stdout, "aborted %s\n", strings.Join(res.Aborted, ", "))
+	return nil
 }
 
 // checkpoint and restore

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -45,19 +44,7 @@ is there. Refused while the owner runs (exit 15, the owner is named).
 func runTakeover(ctx context.Context, o *takeoverOptions) error {
 	return withBackend(ctx, o.globalOptions, func(b *backend) error {
 		if o.Abort {
-			abort := b.Abort
-			if b.client != nil {
-				abort = b.client.ForceAbort
-			}
-			res, err := abort(ctx, o.Name)
-			if err != nil {
-				return err
-			}
-			if o.JSON {
-				return writeJSON(o.stdout, res)
-			}
-			fmt.Fprintf(o.stdout, "aborted %s\n", strings.Join(res.Aborted, ", "))
-			return nil
+			return abortWith(ctx, b, &o.nameOptions, true)
 		}
 		t, ok := b.Backend.(control.Takeoverer)
 		if !ok {
