@@ -79,6 +79,20 @@ func (f *View) ReadAt(ino InodeID, p []byte, off int64) (n int, eof bool, err er
 	return f.readAt(ino, p, off)
 }
 
+// ReadInto reads ino's attributes and up to count bytes at off in one
+// store snapshot, so the attributes are those of the data read (a READ
+// answers with both). Once the attributes are read it calls buf with them
+// and n, count clamped to the file's size (0 at or past the end); buf
+// returns the buffer for the n bytes (at least n long) or an error, which
+// ends the call and is returned, wrapped as the others. buf sees the
+// attributes of any file type (ReadInto answers EISDIR or EINVAL after it
+// returns), and may be called again, with the attributes of a later
+// snapshot, when the read is retried. eof is true when the read reached
+// the end of the file.
+func (f *View) ReadInto(ino InodeID, off uint64, count int, buf func(a *Attr, n int) ([]byte, error)) (n int, eof bool, err error) {
+	return f.readInto(ino, off, count, buf)
+}
+
 // WriteAt writes p at off and returns the attributes after the write. The
 // write is in the store (survives a crash of the process) when it returns;
 // call Sync for durability against power loss.

@@ -305,6 +305,16 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 	if off < 0 {
 		return 0, false, pathErr("read", "", syscall.EINVAL)
 	}
+	return f.readInto(ino, uint64(off), len(p), func(_ *Attr, n int) ([]byte, error) { return p[:n], nil })
+}
+
+// readInto is ReadInto: one snapshot reads the inode, calls buf with its
+// attributes and the count clamped to its size, and reads the data into
+// the buffer buf returns.
+func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n int) ([]byte, error)) (int, bool, error) {
+	if count < 0 {
+		return 0, false, pathErr("read", "", syscall.EINVAL)
+	}
 	var n int
 	var eof bool
 	rg := f.readGen() // before the READ's snapshot
@@ -316,6 +326,18 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		if err != nil {
 			return err
 		}
+		n, eof = 0, false
+		size := nd.Size
+		end := size
+		if off < size {
+			end = off + min(uint64(count), size-off)
+		}
+		eof = end >= size
+		a := nd.attr()
+		p, err := buf(&a, int(end-min(off, end)))
+		if err != nil {
+			return err
+		}
 		switch nd.Type {
 		case TypeRegular:
 		case TypeDir:
@@ -323,18 +345,11 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 		default:
 			return syscall.EINVAL
 		}
-		n, eof = 0, false
-		size := nd.Size
-		if uint64(off) >= size {
-			eof = true
+		if off >= end {
 			return nil
 		}
-		end := uint64(off) + uint64(len(p))
-		if end >= size {
-			end, eof = size, true
-		}
-		if end == uint64(off) {
-			return nil
+		if len(p) < int(end-off) {
+			return fmt.Errorf("cowfs: read buffer of %d bytes for %d: %w", len(p), end-off, syscall.EINVAL)
 		}
 		var top *inode // the top layer's record; nil: it holds none
 		if l == st.stack[0] {
@@ -345,7 +360,7 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 			return err
 		}
 		defer br.release()
-		first, last := uint64(off)/f.bs, (end-1)/f.bs
+		first, last := off/f.bs, (end-1)/f.bs
 		br.chunks.keep = last > first
 		blocks, err := br.blockRange(first, last)
 		if err != nil {
@@ -356,10 +371,10 @@ func (f *View) readAt(ino InodeID, p []byte, off int64) (int, bool, error) {
 				return err
 			}
 		}
-		if err := br.readBlocks(blocks, first, p[:end-uint64(off)], uint64(off)); err != nil {
+		if err := br.readBlocks(blocks, first, p[:end-off], off); err != nil {
 			return err
 		}
-		n = int(end - uint64(off))
+		n = int(end - off)
 		return nil
 	}
 	err := f.view(read)

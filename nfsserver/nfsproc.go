@@ -430,6 +430,10 @@ func nfsReadlink(r *request, d *decoder, e *encoder) error {
 	return nil
 }
 
+// nfsRead answers from one store snapshot: the inode's attributes (the
+// handle's generation, the permission check, the post-op attributes) and
+// the data are read together (cowfs.View.ReadInto), one transaction per
+// READ.
 func nfsRead(r *request, d *decoder, e *encoder) error {
 	fh := d.opaque(fhSize)
 	off := d.u64()
@@ -437,45 +441,60 @@ func nfsRead(r *request, d *decoder, e *encoder) error {
 	if d.err != nil {
 		return errGarbage
 	}
-	n, err := r.resolve(fh)
+	h, err := r.s.decodeHandle(fh)
 	if err != nil {
+		return r.fail(e, nil, err, 1)
+	}
+	if h.isSyntheticRoot() {
+		n, err := r.s.rootNode(r.ctx)
+		if err == nil {
+			err = syscall.EISDIR
+		}
 		return r.fail(e, n, err, 1)
 	}
-	switch n.attr.Type {
-	case cowfs.TypeRegular:
-	case cowfs.TypeDir:
-		return r.fail(e, n, syscall.EISDIR, 1)
-	default:
-		return r.fail(e, n, syscall.EINVAL, 1)
+	fs, info, err := r.handleView(h)
+	if err != nil {
+		return r.fail(e, nil, err, 1)
 	}
-	// Read, or execute (a client loading a 0711 binary), or ownership (an
-	// open file whose mode changed) allows READ, as with knfsd.
-	c := &r.cred
-	if !c.owns(&n.attr) && !c.may(&n.attr, mayRead) && !c.may(&n.attr, mayExec) {
-		return r.fail(e, n, syscall.EACCES, 1)
-	}
+	n := &node{h: h, fs: fs, info: info}
 	count = min(count, maxIO) // clamp: never allocate what the client asks
-	if off >= n.attr.Size {
-		count = 0
-	} else {
-		count = uint32(min(uint64(count), n.attr.Size-off))
-	}
 	start := len(e.b)
-	ok(e)
-	putPostOp(e, n.h, &n.attr)
-	hdr := len(e.b)
-	e.u32(0) // count
-	e.u32(0) // eof
-	e.u32(0) // data length
-	dataAt := len(e.b)
-	e.b = growBuf(e.b, int(count))
-	got, eof := 0, true
-	if count > 0 {
-		got, eof, err = n.fs.ReadAt(n.attr.Ino, e.b[dataAt:dataAt+int(count)], int64(off))
-		if err != nil {
-			e.b = e.b[:start]
-			return r.fail(e, n, err, 1)
+	var hdr, dataAt int
+	got, eof, err := fs.ReadInto(h.ino, off, int(count), func(a *cowfs.Attr, want int) ([]byte, error) {
+		if a.Gen != h.gen {
+			return nil, syscall.ESTALE
 		}
+		n.attr = *a
+		switch a.Type {
+		case cowfs.TypeRegular:
+		case cowfs.TypeDir:
+			return nil, syscall.EISDIR
+		default:
+			return nil, syscall.EINVAL
+		}
+		// Read, or execute (a client loading a 0711 binary), or ownership
+		// (an open file whose mode changed) allows READ, as with knfsd.
+		c := &r.cred
+		if !c.owns(a) && !c.may(a, mayRead) && !c.may(a, mayExec) {
+			return nil, syscall.EACCES
+		}
+		e.b = e.b[:start] // a retried read starts over
+		ok(e)
+		putPostOp(e, h, a)
+		hdr = len(e.b)
+		e.u32(0) // count
+		e.u32(0) // eof
+		e.u32(0) // data length
+		dataAt = len(e.b)
+		e.b = growBuf(e.b, want)
+		return e.b[dataAt:], nil
+	})
+	if err != nil {
+		e.b = e.b[:start]
+		if n.attr.Ino == 0 {
+			n = nil // the inode was not read
+		}
+		return r.fail(e, n, err, 1)
 	}
 	e.b = e.b[:dataAt+got]
 	if r := got & 3; r != 0 {
