@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -97,6 +98,28 @@ type store struct {
 	kv     clientv3.KV      // cli.KV under opts.Prefix; read only
 	opts   Options          // read only
 	closed atomic.Bool
+	revs   revReads
+}
+
+// revReads shares the revision reads of concurrent Views and Snapshots
+// (read-index batching): many READs in flight cost one Range for their
+// revisions instead of one each. A caller that begins while a read is in
+// flight waits for the next read, issued once that one answers, never for
+// the one in flight: that one may have been served before a commit
+// acknowledged just before the caller began, one issued after the caller
+// began cannot miss it. So every View still sees every transaction
+// committed before it started.
+type revReads struct {
+	mu      sync.Mutex // protects the following; nothing is taken under it
+	running *revRead   // the read in flight; nil if none
+	next    *revRead   // the read to issue when running answers; nil if nobody waits for one
+}
+
+// revRead is one shared revision read.
+type revRead struct {
+	done chan struct{} // closed once rev and err are set
+	rev  int64
+	err  error
 }
 
 var (
@@ -143,6 +166,43 @@ func (s *store) revision(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
+// sharedRevision is revision shared among concurrent callers (revReads):
+// the revision of a read issued after the call began.
+func (s *store) sharedRevision(ctx context.Context) (int64, error) {
+	s.revs.mu.Lock()
+	r := s.revs.next
+	switch {
+	case s.revs.running == nil:
+		r = &revRead{done: make(chan struct{})}
+		s.revs.running = r
+		go s.readRevisions(r)
+	case r == nil:
+		r = &revRead{done: make(chan struct{})}
+		s.revs.next = r
+	}
+	s.revs.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.rev, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// readRevisions answers r, then the reads callers asked for meanwhile, one
+// after the other, until none is asked for. A read belongs to all its
+// callers, so no caller's context bounds it: Options.RequestTimeout does.
+func (s *store) readRevisions(r *revRead) {
+	for r != nil {
+		r.rev, r.err = s.revision(context.Background())
+		close(r.done)
+		s.revs.mu.Lock()
+		r = s.revs.next
+		s.revs.running, s.revs.next = r, nil
+		s.revs.mu.Unlock()
+	}
+}
+
 func (s *store) View(ctx context.Context, fn func(kv.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -150,7 +210,7 @@ func (s *store) View(ctx context.Context, fn func(kv.Txn) error) error {
 	if s.closed.Load() {
 		return kv.ErrClosed
 	}
-	rev, err := s.revision(ctx)
+	rev, err := s.sharedRevision(ctx)
 	if err != nil {
 		return err
 	}
@@ -215,7 +275,7 @@ func (s *store) NewSnapshot() kv.Snapshot {
 		return &txn{s: s, ctx: context.Background(), err: kv.ErrClosed}
 	}
 	ctx := context.Background()
-	rev, err := s.revision(ctx)
+	rev, err := s.sharedRevision(ctx)
 	return &txn{s: s, ctx: ctx, rev: rev, err: err}
 }
 
@@ -500,6 +560,18 @@ func (s *store) reqCtx(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(clientv3.WithRequireLeader(ctx), s.opts.RequestTimeout)
 }
 
+// get is one Range at the snapshot revision (0: the current one, which
+// the answer's header gives). It is linearizable: a serializable Range at
+// the revision would skip the member's read index, but a member behind the
+// one that gave the revision (the client spreads requests over the
+// members) answers it with ErrFutureRev, which the client logs as a
+// warning each time.
+func (t *txn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	ctx, cancel := t.reqCtx()
+	defer cancel()
+	return t.s.kv.Get(ctx, key, append(opts, clientv3.WithRev(t.rev))...)
+}
+
 // fetch reads key at the snapshot revision, recording the read.
 func (t *txn) fetch(key []byte, keysOnly bool) ([]byte, bool, error) {
 	if t.err != nil {
@@ -511,13 +583,11 @@ func (t *txn) fetch(key []byte, keysOnly bool) ([]byte, bool, error) {
 	if w, ok := t.writes[string(key)]; ok {
 		return w.val, !w.del, nil
 	}
-	ctx, cancel := t.reqCtx()
-	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithRev(t.rev)}
+	var opts []clientv3.OpOption
 	if keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
-	resp, err := t.s.kv.Get(ctx, string(key), opts...)
+	resp, err := t.get(string(key), opts...)
 	if err != nil {
 		return nil, false, t.s.mapErr(err, t.rev)
 	}
@@ -640,13 +710,11 @@ func (t *txn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) 
 	}
 	from := lo
 	for {
-		ctx, cancel := t.reqCtx()
-		opts := []clientv3.OpOption{clientv3.WithRange(string(hi)), clientv3.WithRev(t.rev), clientv3.WithLimit(int64(t.s.opts.PageSize))}
+		opts := []clientv3.OpOption{clientv3.WithRange(string(hi)), clientv3.WithLimit(int64(t.s.opts.PageSize))}
 		if keysOnly {
 			opts = append(opts, clientv3.WithKeysOnly())
 		}
-		resp, err := t.s.kv.Get(ctx, string(from), opts...)
-		cancel()
+		resp, err := t.get(string(from), opts...)
 		if err != nil {
 			return t.s.mapErr(err, t.rev)
 		}
