@@ -561,32 +561,142 @@ func (f *View) writeAt(ino InodeID, p []byte, off int64, o WriteOptions) (Attr, 
 // the inode's data lock, in one transaction that logs the block references
 // it writes: fn changes n, the record copied up into the top layer, which
 // is then stored with new mtime and ctime. It returns the new attributes.
+//
+// A file a truncate left leftover blocks of (inode.Stale) has them purged
+// first: the write may grow the file over them.
 func (f *View) updateFile(ino InodeID, fn func(tx kv.Txn, st state, refs *refLog, n *inode) error) (Attr, error) {
+	f.finishStale()
 	mu := &f.dataMu[uint64(ino)%uint64(len(f.dataMu))]
 	mu.Lock()
 	defer mu.Unlock()
 	var out Attr
-	err := f.updateData("write", "", func(tx kv.Txn, st state, refs *refLog) error {
-		n, err := f.inodeForWrite(tx, st, ino)
-		if err != nil {
-			return err
-		}
-		switch n.Type {
-		case TypeRegular:
-		case TypeDir:
-			return syscall.EISDIR
-		default:
-			return syscall.EINVAL
-		}
-		if err := fn(tx, st, refs, n); err != nil {
-			return err
-		}
-		ts := now()
-		n.Mtime, n.Ctime = ts, ts
-		out = n.attr()
-		return f.put(tx, st, n)
+	err := f.purgingStale(ino, func(stale *bool) error {
+		return f.updateData("write", "", func(tx kv.Txn, st state, refs *refLog) error {
+			n, err := f.inodeForWrite(tx, st, ino)
+			if err != nil {
+				return err
+			}
+			switch n.Type {
+			case TypeRegular:
+			case TypeDir:
+				return syscall.EISDIR
+			default:
+				return syscall.EINVAL
+			}
+			if *stale = n.Stale; n.Stale {
+				return errStale
+			}
+			if err := fn(tx, st, refs, n); err != nil {
+				return err
+			}
+			ts := now()
+			n.Mtime, n.Ctime = ts, ts
+			out = n.attr()
+			return f.put(tx, st, n)
+		})
 	})
 	return out, err
+}
+
+// errStale ends a transaction that found its file marked inode.Stale;
+// purgingStale purges the leftovers and runs it again.
+var errStale = errors.New("cowfs: the file's truncated blocks are still being purged")
+
+// purgingStale runs op, which sets *stale and fails when it finds ino
+// marked Stale; then it purges ino's leftover blocks (purgeStale) and
+// runs op again. The caller holds ino's dataMu stripe, so nothing marks
+// ino again in between.
+func (f *View) purgingStale(ino InodeID, op func(stale *bool) error) error {
+	for try := 0; ; try++ {
+		stale := false
+		err := op(&stale)
+		if !stale || try == 2 {
+			return err
+		}
+		if err := f.purgeStale(ino); err != nil {
+			return err
+		}
+	}
+}
+
+// purgeStale deletes the block references of ino a truncate left in the
+// top layer past its new size (inode.Stale), in as many transactions as
+// the store's limits need, and clears the mark with the last. Reads never
+// look past the size, so nothing reads them meanwhile; the caller holds
+// ino's dataMu stripe, so nothing writes there either.
+func (f *View) purgeStale(ino InodeID) error {
+	for {
+		done := false
+		err := f.updateData("setattr", "", func(tx kv.Txn, st state, _ *refLog) error {
+			done = false
+			top := st.stack[0]
+			v, err := tx.Get(inodeKey(top, ino))
+			if errors.Is(err, kv.ErrNotFound) {
+				done = true
+				return tx.Delete(staleKey(top, ino)) // removed since
+			}
+			if err != nil {
+				return err
+			}
+			n, err := decodeInode(ino, v)
+			if err != nil {
+				return err
+			}
+			if !n.Stale {
+				done = true
+				return tx.Delete(staleKey(top, ino))
+			}
+			more, err := f.dropOwnData(tx, st, ino, n.StaleFrom, dataDeletesInTxn(f.store.Limits(), len(st.stack)))
+			if err != nil || more {
+				return err
+			}
+			done = true
+			n.Stale, n.StaleFrom = false, 0
+			if err := tx.Delete(staleKey(top, ino)); err != nil {
+				return err
+			}
+			return f.put(tx, st, n)
+		})
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// finishStale purges, once per top layer, the leftovers of the truncates
+// a crash (or a failed purge) interrupted there, which the layer's stale
+// index names. Its failure fails no write: a later write of the file
+// purges them, and the layer's reclaim deletes them otherwise.
+func (f *View) finishStale() {
+	f.mu.RLock()
+	top := f.stack[0]
+	f.mu.RUnlock()
+	if f.opts.ReadOnly || f.staleTop.Load() == uint64(top) {
+		return
+	}
+	var inos []InodeID
+	err := f.view(func(tx kv.Txn, st state) error {
+		inos, top = inos[:0], st.stack[0]
+		pfx := stalePrefix(top)
+		return tx.Iterate(pfx, nil, true, func(k, _ []byte) (bool, error) {
+			inos = append(inos, InodeID(binary.BigEndian.Uint64(k[len(pfx):])))
+			return true, nil
+		})
+	})
+	for _, ino := range inos {
+		if err != nil {
+			break
+		}
+		mu := &f.dataMu[uint64(ino)%uint64(len(f.dataMu))]
+		mu.Lock()
+		err = f.purgeStale(ino)
+		mu.Unlock()
+	}
+	if err != nil {
+		f.opts.Logger.Warn("cowfs: the leftover blocks of interrupted truncates stay until their files are written again", "layer", top, "err", err)
+		return
+	}
+	f.staleTop.Store(uint64(top))
 }
 
 // writeBlocks copies p at off into the top layer's blocks of n.
@@ -703,59 +813,88 @@ func (f *View) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 	if sa.Size != nil && *sa.Size > f.opts.MaxFileSize {
 		return Attr{}, pathErr("setattr", "", syscall.EFBIG)
 	}
+	if sa.Size != nil {
+		f.finishStale()
+	}
 	mu := &f.dataMu[uint64(ino)%uint64(len(f.dataMu))]
 	mu.Lock()
 	defer mu.Unlock()
 	var out Attr
-	err := f.updateData("setattr", "", func(tx kv.Txn, st state, refs *refLog) error {
-		n, err := f.inodeForWrite(tx, st, ino)
-		if err != nil {
-			return err
-		}
-		ts := now()
-		if sa.Mode != nil {
-			n.Mode = *sa.Mode & ModePerm
-		}
-		if sa.UID != nil {
-			n.UID = *sa.UID
-		}
-		if sa.GID != nil {
-			n.GID = *sa.GID
-		}
-		if sa.Atime != nil {
-			n.Atime = sa.Atime.UnixNano()
-		}
-		if sa.Mtime != nil {
-			n.Mtime = sa.Mtime.UnixNano()
-		}
-		if sa.Size != nil {
-			switch n.Type {
-			case TypeRegular:
-			case TypeDir:
-				return syscall.EISDIR
-			default:
-				return syscall.EINVAL
-			}
-			if err := f.truncate(tx, st, n, *sa.Size, refs); err != nil {
+	purge := false // the truncate left blocks for purgeStale
+	err := f.purgingStale(ino, func(stale *bool) error {
+		return f.updateData("setattr", "", func(tx kv.Txn, st state, refs *refLog) error {
+			purge = false
+			n, err := f.inodeForWrite(tx, st, ino)
+			if err != nil {
 				return err
 			}
-			if sa.KillSetID && sa.Mode == nil {
-				n.Mode = killSetID(n.Mode)
+			if *stale = n.Stale && sa.Size != nil; *stale {
+				return errStale
 			}
-			if sa.Mtime == nil {
-				n.Mtime = ts
+			if err := f.setAttrTx(tx, st, n, sa, refs); err != nil {
+				return err
 			}
-		}
-		n.Ctime = ts
-		out = n.attr()
-		return f.put(tx, st, n)
+			purge = n.Stale
+			out = n.attr()
+			return f.put(tx, st, n)
+		})
 	})
+	if err == nil && purge {
+		// The new size committed; the blocks past it go now. Should
+		// this fail, the next write of the file or the view's next
+		// first write (finishStale) purges them.
+		if perr := f.purgeStale(ino); perr != nil {
+			f.opts.Logger.Warn("cowfs: the blocks a truncate cut stay until the file is written again", "inode", ino, "err", perr)
+		}
+	}
 	return out, err
 }
 
+// setAttrTx applies sa to n, the record copied up into the top layer.
+func (f *View) setAttrTx(tx kv.Txn, st state, n *inode, sa SetAttr, refs *refLog) error {
+	ts := now()
+	if sa.Mode != nil {
+		n.Mode = *sa.Mode & ModePerm
+	}
+	if sa.UID != nil {
+		n.UID = *sa.UID
+	}
+	if sa.GID != nil {
+		n.GID = *sa.GID
+	}
+	if sa.Atime != nil {
+		n.Atime = sa.Atime.UnixNano()
+	}
+	if sa.Mtime != nil {
+		n.Mtime = sa.Mtime.UnixNano()
+	}
+	if sa.Size != nil {
+		switch n.Type {
+		case TypeRegular:
+		case TypeDir:
+			return syscall.EISDIR
+		default:
+			return syscall.EINVAL
+		}
+		if err := f.truncate(tx, st, n, *sa.Size, refs); err != nil {
+			return err
+		}
+		if sa.KillSetID && sa.Mode == nil {
+			n.Mode = killSetID(n.Mode)
+		}
+		if sa.Mtime == nil {
+			n.Mtime = ts
+		}
+	}
+	n.Ctime = ts
+	return nil
+}
+
 // truncate changes n's size in the top layer. Shrinking drops the top
-// layer's blocks beyond the end, trims its partial last block, and lowers
-// Cut so inherited data beyond the end stays hidden if the file grows again.
+// layer's blocks beyond the end (or marks those the transaction cannot
+// hold Stale), trims its partial last block, and lowers Cut so inherited
+// data beyond the end stays hidden if the file grows again. n is not
+// Stale already (setAttr purges first).
 func (f *View) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog) error {
 	if size >= n.Size {
 		n.Size = size
@@ -767,8 +906,16 @@ func (f *View) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog
 	if err := f.cutExtentsFrom(tx, st.stack[0], n.Ino, keep, refs); err != nil {
 		return err
 	}
-	if _, err := f.dropOwnData(tx, st, n.Ino, keep, 0); err != nil {
+	// The blocks past the new end: as many as the transaction holds go
+	// now, the rest once the new size committed (purgeStale), marked
+	// Stale until then so no write grows the file over them.
+	if more, err := f.dropOwnData(tx, st, n.Ino, keep, dataDeletesInTxn(f.store.Limits(), len(st.stack))); err != nil {
 		return err
+	} else if more && !n.Stale {
+		n.Stale, n.StaleFrom = true, keep
+		if err := tx.Set(staleKey(st.stack[0], n.Ino), []byte{}); err != nil {
+			return err
+		}
 	}
 	if size%bs != 0 {
 		idx := size / bs

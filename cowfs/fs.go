@@ -131,6 +131,9 @@ type View struct {
 	dirty atomic.Bool
 	// ro refuses writes with EROFS while set (SetReadOnly).
 	ro atomic.Bool
+	// staleTop is the top layer whose interrupted truncates the view
+	// purged (finishStale); 0 before the first data write.
+	staleTop atomic.Uint64
 
 	mu    sync.RWMutex // protects the following
 	stack []LayerID    // top first

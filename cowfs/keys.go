@@ -13,6 +13,7 @@ import (
 //	'l' layer(8) 'd' ino(8) block(8)   block reference
 //	'l' layer(8) 'd' ino(8) last(8) 'x'  extent reference: blocks up to last (extent.go)
 //	'l' layer(8) 's' dir(8) slot(8)    a silly-rename name was linked there
+//	'l' layer(8) 't' ino(8)            a truncate's leftover blocks are being purged (purgeStale)
 //	'L' layer(8)                       layer record: below(8)
 //	'c' hash(32)                       block content, stored once per hash (unless Options.Blobs holds it: content.go)
 //	'M' name                           counters and store metadata
@@ -26,6 +27,7 @@ const (
 	kindEntry = 'e'
 	kindData  = 'd'
 	kindSilly = 's'
+	kindStale = 't'
 )
 
 func u64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
@@ -64,6 +66,10 @@ func sillyPrefix(l LayerID) []byte { return append(layerPrefix(l), kindSilly) }
 func sillyKey(l LayerID, dir InodeID, slot uint64) []byte {
 	return u64(u64(sillyPrefix(l), uint64(dir)), slot)
 }
+
+func stalePrefix(l LayerID) []byte { return append(layerPrefix(l), kindStale) }
+
+func staleKey(l LayerID, ino InodeID) []byte { return u64(stalePrefix(l), uint64(ino)) }
 
 func layerKey(l LayerID) []byte { return u64([]byte{pfxLayer}, uint64(l)) }
 

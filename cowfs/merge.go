@@ -232,10 +232,13 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 				}
 				m := cn.clone()
 				m.Cut = 0
+				m.Stale, m.StaleFrom = false, 0 // dst holds no leftovers
 				writes = append(writes, kvp{inodeKey(dst, ino), m.encode()})
 				continue
 			}
 			m := cn.clone()
+			// collapseBlocks leaves a truncate's leftovers behind.
+			m.Stale, m.StaleFrom = false, 0
 			if !cn.Deleted && cd.data[ino] {
 				kvs, cut, err := child.collapseBlocks(tx, cl, ino, dst)
 				if err != nil {
@@ -365,10 +368,21 @@ func (f *View) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst Laye
 	br := &blockReader{f: f, tx: tx, ino: ino}
 	for _, l := range layers {
 		pfx := dataPrefix(l, ino)
+		n, err := layerInode(tx, l, ino)
+		if err != nil {
+			return nil, 0, err
+		}
+		stale := uint64(1<<64 - 1) // the layer's leftovers of a truncate start there
+		if n != nil && n.Stale {
+			stale = n.StaleFrom
+		}
 		var inner error
 		// one adds block idx with reference ref, unless found already;
 		// it reports whether the layer's blocks go on.
 		one := func(idx uint64, ref []byte) bool {
+			if idx >= stale {
+				return false
+			}
 			if seen[idx] {
 				return true
 			}
@@ -393,7 +407,7 @@ func (f *View) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst Laye
 			out = append(out, [2][]byte{dataKey(dst, ino, idx), ref})
 			return true
 		}
-		err := tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
+		err = tx.Iterate(pfx, nil, false, func(k, v []byte) (bool, error) {
 			if isExtentKey(k) {
 				// One reference per block: the blocks a layer's own
 				// references cover were seen first.
@@ -409,10 +423,6 @@ func (f *View) collapseBlocks(tx kv.Txn, layers []LayerID, ino InodeID, dst Laye
 			}
 			return one(keyBlock(k), v) && inner == nil, inner
 		})
-		if err != nil {
-			return nil, 0, err
-		}
-		n, err := layerInode(tx, l, ino)
 		if err != nil {
 			return nil, 0, err
 		}

@@ -165,6 +165,9 @@ func (f *View) inodeForWrite(tx kv.Txn, st state, ino InodeID) (*inode, error) {
 	}
 	if from != st.stack[0] {
 		n.Cut = n.Size
+		// A truncate's leftovers in the lower layer lie past its size,
+		// so past the new Cut: the copy has none of its own.
+		n.Stale, n.StaleFrom = false, 0
 	}
 	return n, nil
 }
@@ -583,6 +586,11 @@ func (f *View) deleteInode(tx kv.Txn, st state, n *inode, left *[]leftData) erro
 	} else if more {
 		*left = append(*left, leftData{st.stack[0], n.Ino})
 	}
+	if n.Stale {
+		if err := tx.Delete(staleKey(st.stack[0], n.Ino)); err != nil {
+			return err
+		}
+	}
 	layers, err := f.layersOf(tx, st, n.Ino)
 	if err != nil {
 		return err
@@ -611,8 +619,8 @@ func (f *View) purgeLeft(left []leftData) {
 // at most limit of them when limit > 0, and reports whether more may
 // remain (it stopped at limit). A deleted inode may leave blocks behind
 // (its record is gone, so nothing reads them) for purgeLeft rather than
-// overflow the transaction; a truncate must drop them all (limit 0), or
-// fail with EFBIG.
+// overflow the transaction, and so may a truncate, which marks them in
+// the record (inode.Stale) for purgeStale.
 func (f *View) dropOwnData(tx kv.Txn, st state, ino InodeID, from uint64, limit int) (bool, error) {
 	pfx := dataPrefix(st.stack[0], ino)
 	var keys [][]byte

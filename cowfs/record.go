@@ -28,12 +28,18 @@ type inode struct {
 	Ctime    int64
 	// Cut: data of lower layers at offsets >= Cut is hidden (the file was
 	// truncated below it while this layer held the inode).
-	Cut      uint64
-	Deleted  bool // tombstone: the inode is gone in this layer and above
-	HasVerf  bool
-	Verifier uint64
-	Links    []link
-	Target   string // symlink target
+	Cut uint64
+	// Stale: the layer's own block references from block StaleFrom on
+	// are leftovers of a truncate still being purged (purgeStale), not
+	// data: the size committed first, and nothing writes or grows the
+	// file past it until they are gone.
+	Stale     bool
+	StaleFrom uint64
+	Deleted   bool // tombstone: the inode is gone in this layer and above
+	HasVerf   bool
+	Verifier  uint64
+	Links     []link
+	Target    string // symlink target
 }
 
 const recVersion = 1
@@ -49,6 +55,9 @@ func (n *inode) encode() []byte {
 	}
 	if n.HasVerf {
 		flags |= 2
+	}
+	if n.Stale {
+		flags |= 4 // StaleFrom follows the target
 	}
 	b = append(b, flags)
 	b = binary.BigEndian.AppendUint64(b, uint64(n.Gen))
@@ -67,6 +76,9 @@ func (n *inode) encode() []byte {
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(n.Target)))
 	b = append(b, n.Target...)
+	if n.Stale {
+		b = binary.BigEndian.AppendUint64(b, n.StaleFrom)
+	}
 	return b
 }
 
@@ -118,6 +130,13 @@ func decodeInode(ino InodeID, b []byte) (*inode, error) {
 		return nil, errCorrupt
 	}
 	n.Target = string(b[p : p+l])
+	p += l
+	if b[2]&4 != 0 {
+		if len(b) < p+8 {
+			return nil, errCorrupt
+		}
+		n.Stale, n.StaleFrom = true, binary.BigEndian.Uint64(b[p:])
+	}
 	return n, nil
 }
 
