@@ -53,8 +53,8 @@ func (f *View) WriteChunked(ino InodeID, r io.Reader) (Attr, int64, error) {
 	case err != nil:
 		return Attr{}, 0, fmt.Errorf("cowfs: chunked write: %w", err)
 	}
-	ch := newChunker(io.MultiReader(bytes.NewReader(head), r))
-	buf := make([]byte, chunkSizes.max)
+	ch := newChunker(io.MultiReader(bytes.NewReader(head), r), 0)
+	buf := make([]byte, chunkBufSize())
 	var chunks []pendingChunk // cut, not yet wholly written
 	var attr Attr
 	var written int64 // file bytes written: whole blocks, or all at the end
