@@ -25,7 +25,8 @@ type server struct {
 	root      string // ganesha: the exported directory; osnfs: the served directory
 	store     string // branchnfs: the store directory
 	logPath   string
-	done      chan error
+	done      chan struct{} // closed when the process has exited
+	waitErr   error         // the exit status, once done is closed
 }
 
 func freePort() (int, error) {
@@ -41,8 +42,8 @@ func waitPort(s *server, port int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-s.done:
-			return fmt.Errorf("%s exited during startup (%v); log %s:\n%s", s.kind, err, s.logPath, tail(s.logPath, 20))
+		case <-s.done:
+			return fmt.Errorf("%s exited during startup (%v); log %s:\n%s", s.kind, s.waitErr, s.logPath, tail(s.logPath, 20))
 		default:
 		}
 		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 200*time.Millisecond)
@@ -76,8 +77,8 @@ func (s *server) start(name string, args ...string) error {
 		logf.Close()
 		return err
 	}
-	s.done = make(chan error, 1)
-	go func() { s.done <- s.cmd.Wait(); logf.Close() }()
+	s.done = make(chan struct{})
+	go func() { s.waitErr = s.cmd.Wait(); logf.Close(); close(s.done) }()
 	return nil
 }
 

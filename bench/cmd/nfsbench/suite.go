@@ -427,6 +427,12 @@ func makeTree(dir string, n int) error {
 
 // newStore creates a branchnfs store imported from a tree of base files.
 func (s *suite) newStore(name string, base int) (string, float64, error) {
+	return s.newStoreWith(s.bnfs, name, base)
+}
+
+// newStoreWith is newStore with the given branchnfs binary doing the
+// import: a baseline build must open a store of its own format.
+func (s *suite) newStoreWith(bin, name string, base int) (string, float64, error) {
 	store := filepath.Join(s.tmp, name)
 	src := filepath.Join(s.tmp, name+"-src")
 	if err := makeTree(src, base); err != nil {
@@ -434,7 +440,7 @@ func (s *suite) newStore(name string, base int) (string, float64, error) {
 	}
 	defer os.RemoveAll(src)
 	t := time.Now()
-	if _, err := branchnfsCLI(s.bnfs, "init", "--store", store, "--from", src); err != nil {
+	if _, err := branchnfsCLI(bin, "init", "--store", store, "--from", src); err != nil {
 		return "", 0, err
 	}
 	return store, time.Since(t).Seconds(), nil
@@ -615,7 +621,7 @@ func (s *suite) nfsWorkloads() {
 	}
 	if s.baseline != "" {
 		if err := func() error {
-			store, _, err := s.newStore("baseline", 100)
+			store, _, err := s.newStoreWith(s.baseline, "baseline", 100)
 			if err != nil {
 				return err
 			}
