@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -56,7 +57,11 @@ type CacheStats struct {
 // backing store has the blob. Get checks a cached file against its key
 // before returning it; a file that does not match is removed and the blob
 // fetched again. The files of a previous Cache on the same directory are
-// used again, their modification times giving their recency.
+// used again, their modification times giving their recency: a Put sets
+// its file's, and Close those of the files read since (a hit changes no
+// file: a READ of a large file reads dozens of cached files, each one
+// system call fewer); after a crash the files read since the last Close
+// rank by their earlier times.
 type Cache struct {
 	back Store
 	o    CacheOptions // read only
@@ -74,6 +79,10 @@ type Cache struct {
 	idx    map[Key]*list.Element // of lru
 	bytes  int64
 	closed bool
+
+	// readSince is set when a hit moved a file to the front of lru since
+	// the files were last stamped (Close stamps them).
+	readSince bool
 
 	hits, misses, corrupt, evicted atomic.Int64
 	lastWarn                       atomic.Int64 // unix nanoseconds of the last write warning
@@ -98,6 +107,7 @@ func (c *Cache) stamp(p string) {
 type cacheEntry struct {
 	key  Key
 	size int64
+	read bool // a hit since its file was last stamped; guarded by Cache.mu
 }
 
 var (
@@ -157,7 +167,7 @@ func OpenCache(back Store, o CacheOptions) (*Cache, error) {
 		if err != nil {
 			return nil // removed meanwhile
 		}
-		files = append(files, found{cacheEntry{k, info.Size()}, info.ModTime()})
+		files = append(files, found{cacheEntry{key: k, size: info.Size()}, info.ModTime()})
 		return nil
 	})
 	if err != nil {
@@ -165,7 +175,7 @@ func OpenCache(back Store, o CacheOptions) (*Cache, error) {
 	}
 	slices.SortFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
 	for _, f := range files { // oldest first, so the newest ends in front
-		c.idx[f.key] = c.lru.PushFront(&cacheEntry{f.key, f.size})
+		c.idx[f.key] = c.lru.PushFront(&cacheEntry{key: f.key, size: f.size})
 		c.bytes += f.size
 	}
 	c.mu.Lock()
@@ -255,20 +265,22 @@ func (c *Cache) Get(ctx context.Context, key Key) ([]byte, error) {
 func (c *Cache) read(key Key) ([]byte, bool) {
 	c.mu.Lock()
 	el, ok := c.idx[key]
+	var size int64
 	if ok {
 		c.lru.MoveToFront(el)
+		e := el.Value.(*cacheEntry)
+		e.read, c.readSince, size = true, true, e.size
 	}
 	c.mu.Unlock()
 	if !ok {
 		return nil, false
 	}
 	p := c.path(key)
-	data, err := os.ReadFile(p)
+	data, err := readCached(p, size)
 	if err == nil && Sum(data) == key {
-		c.stamp(p) // the recency a restart sees
 		return data, true
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, io.ErrUnexpectedEOF) {
 		c.corrupt.Add(1)
 		c.o.Logger.Warn("blobs: a cached file does not match its key: removed, fetching the blob again", "file", p, "bytes", len(data))
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -321,9 +333,10 @@ func (c *Cache) insert(key Key, data []byte) {
 		c.stamp(p)
 		if el, ok := c.idx[key]; ok {
 			c.lru.MoveToFront(el)
-			return nil // the same content again
+			el.Value.(*cacheEntry).read = false // stamped now
+			return nil                          // the same content again
 		}
-		el := c.lru.PushFront(&cacheEntry{key, size})
+		el := c.lru.PushFront(&cacheEntry{key: key, size: size})
 		c.idx[key] = el
 		c.bytes += size
 		c.evictLocked(el)
@@ -417,7 +430,32 @@ func (c *Cache) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.stampReadLocked()
 	c.lock.Close() // releases the directory's lock
 	c.mu.Unlock()
 	return c.back.Close()
+}
+
+// stampReadLocked gives the files read since they were last stamped
+// modification times in the order of lru, so the next OpenCache sees
+// their recency: from the least recently used of them to the front of
+// lru, each file later than the one before (files behind it keep their
+// older times).
+func (c *Cache) stampReadLocked() {
+	if !c.readSince {
+		return
+	}
+	c.readSince = false
+	var from *list.Element
+	for el := c.lru.Back(); el != nil; el = el.Prev() {
+		if el.Value.(*cacheEntry).read {
+			from = el
+			break
+		}
+	}
+	for el := from; el != nil; el = el.Prev() {
+		e := el.Value.(*cacheEntry)
+		e.read = false
+		c.stamp(c.path(e.key))
+	}
 }
