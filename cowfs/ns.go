@@ -675,7 +675,7 @@ func (f *View) remove(dir InodeID, name string, isDir bool) error {
 			return syscall.EISDIR
 		}
 		if n.Type == TypeDir {
-			if empty, err := f.dirEmpty(tx, st, n.Ino); err != nil {
+			if empty, err := f.dirEmpty(st, n.Ino); err != nil {
 				return err
 			} else if !empty {
 				return syscall.ENOTEMPTY
@@ -698,9 +698,20 @@ func (f *View) remove(dir InodeID, name string, isDir bool) error {
 	return err
 }
 
-func (f *View) dirEmpty(tx kv.Txn, st state, dir InodeID) (bool, error) {
-	ents, _, err := f.listLocked(tx, st, dir, 0, 1)
-	return len(ents) == 0, err
+// dirEmpty reports whether dir lists no entry. It reads in a transaction
+// of its own, not the caller's update: a directory whose inherited
+// entries were removed holds a whiteout for each, any number of keys to
+// read past, more than an update may read on etcd (each key read is a
+// compare there). The caller holds nsMu, so no entry of the view changes
+// in between.
+func (f *View) dirEmpty(st state, dir InodeID) (bool, error) {
+	empty := false
+	err := f.store.View(f.ctx, func(tx kv.Txn) error {
+		ents, _, err := f.listLocked(tx, st, dir, 0, 1)
+		empty = len(ents) == 0
+		return err
+	})
+	return empty, err
 }
 
 // isAncestor reports whether a is dir or one of its ancestors.
@@ -780,7 +791,7 @@ func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName st
 				return syscall.EISDIR
 			}
 			if old.Type == TypeDir {
-				if empty, err := f.dirEmpty(tx, st, old.Ino); err != nil {
+				if empty, err := f.dirEmpty(st, old.Ino); err != nil {
 					return err
 				} else if !empty {
 					return syscall.ENOTEMPTY
