@@ -107,7 +107,7 @@ func fsyncPath(path string) error {
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	err = syncFile(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -1,9 +1,17 @@
 package kv
 
-import badger "github.com/dgraph-io/badger/v4"
+import (
+	"os"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
 
 // syncMapped syncs what Badger wrote through its mmaps before logFiles
 // fsyncs the files. macOS documents msync, not fsync, for pages dirtied
 // through a mapping, so Badger's own DB.Sync (an msync of the active
 // memtable's log and of the current value log) runs first.
 func syncMapped(db *badger.DB) error { return db.Sync() }
+
+// syncFile makes f's data durable: Go's File.Sync on macOS is
+// fcntl(F_FULLFSYNC), which also flushes the drive's cache.
+func syncFile(f *os.File) error { return f.Sync() }
