@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/branchnfs/branchnfs/kv"
@@ -41,22 +42,28 @@ type Coord interface {
 const rewatchDelay = 200 * time.Millisecond
 
 // watchLoop keeps the Manager's branches in step with the store until
-// ctx ends.
+// ctx ends. It only reads the watch: the changes are applied under opMu
+// by applyLoop, so a long operation here (a commit's merge holds opMu
+// throughout) delays neither the watch nor what needs no opMu: views of
+// branches the events show ended are made stale at once (endEarly).
 func (m *Manager) watchLoop(ctx context.Context, from int64) {
 	defer m.wg.Done()
+	q := &followQueue{kick: make(chan struct{}, 1)}
+	m.wg.Add(1)
+	go m.applyLoop(ctx, q)
 	for ctx.Err() == nil {
 		if from == 0 {
 			rev, err := m.opts.Coord.Revision(ctx)
-			if err == nil {
-				err = m.reloadAll(ctx)
-			}
 			if err != nil {
 				if ctx.Err() == nil {
-					m.opts.Logger.Warn("branches: cannot read the branch records to follow other servers' changes; retrying", "err", err)
+					m.opts.Logger.Warn("branches: cannot read the store's revision to follow other servers' changes; retrying", "err", err)
 					sleepCtx(ctx, rewatchDelay)
 				}
 				continue
 			}
+			// Whatever the failed watch missed, a full reload (after
+			// rev) catches up with.
+			q.push(0, true)
 			from = rev + 1
 		}
 		err := m.opts.Coord.Watch(ctx, []byte{'B'}, from, func(e kv.Event) error {
@@ -65,21 +72,162 @@ func (m *Manager) watchLoop(ctx context.Context, from int64) {
 				return nil
 			}
 			id := BranchID(binary.BigEndian.Uint64(e.Key[1:]))
-			if err := m.refresh(ctx, []BranchID{id}); err != nil {
-				return fmt.Errorf("refreshing branch id %d: %w", id, err)
-			}
-			m.refreshed.Add(1)
+			m.endEarly(id, e)
+			q.push(id, false)
 			return nil
 		})
 		if ctx.Err() != nil {
 			return
 		}
-		// Whatever failed, a full reload catches up with what the watch
-		// may have missed.
 		m.opts.Logger.Warn("branches: the watch on branch records ended; reloading them and watching again", "err", err)
 		from = 0
 		sleepCtx(ctx, rewatchDelay)
 	}
+}
+
+// followQueue holds what the watch saw and applyLoop has not applied yet.
+type followQueue struct {
+	kick chan struct{} // has a value when the queue may hold work
+
+	mu     sync.Mutex // protects the following
+	ids    map[BranchID]bool
+	events int64 // events behind ids and reload
+	reload bool  // every record is to be read again
+}
+
+// push queues branch id's record (or, with reload, every record) to be
+// read again.
+func (q *followQueue) push(id BranchID, reload bool) {
+	q.mu.Lock()
+	if reload {
+		q.reload = true
+	} else {
+		if q.ids == nil {
+			q.ids = map[BranchID]bool{}
+		}
+		q.ids[id] = true
+		q.events++
+	}
+	q.mu.Unlock()
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take empties the queue.
+func (q *followQueue) take() (ids []BranchID, events int64, reload bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for id := range q.ids {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	events, reload = q.events, q.reload
+	q.ids, q.events, q.reload = nil, 0, false
+	return ids, events, reload
+}
+
+// applyLoop applies what the watch queued, under opMu, until ctx ends. A
+// refresh that fails is replaced by a full reload, retried until it
+// succeeds.
+func (m *Manager) applyLoop(ctx context.Context, q *followQueue) {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-q.kick:
+		}
+		for ctx.Err() == nil {
+			ids, events, reload := q.take()
+			if len(ids) == 0 && !reload {
+				break
+			}
+			var err error
+			if reload {
+				err = m.reloadAll(ctx)
+			} else {
+				err = m.refresh(ctx, ids)
+			}
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				m.opts.Logger.Warn("branches: cannot apply other servers' changes to branch records; reading them all again", "err", err)
+				q.mu.Lock()
+				q.reload, q.events = true, q.events+events
+				q.mu.Unlock()
+				sleepCtx(ctx, rewatchDelay)
+				continue
+			}
+			m.refreshed.Add(events)
+		}
+	}
+}
+
+// endEarly makes stale, without waiting for opMu, the views of branches
+// that event e shows have ended: a branch whose record is gone or says
+// committed, aborted or invalidated, and the live children (and theirs)
+// of a branch whose generation a commit raised past theirs. Each of
+// these is final (a branch never comes back to life, a generation never
+// goes down), so an event older than what the Manager holds is still
+// right. The records in memory are left to applyLoop; a view some other
+// path has already made stale keeps its own reason. The caller is
+// watchLoop.
+func (m *Manager) endEarly(id BranchID, e kv.Event) {
+	var r record
+	if !e.Deleted {
+		if err := json.Unmarshal(e.Value, &r); err != nil {
+			return // applyLoop reads it again and says what is wrong
+		}
+	}
+	type end struct {
+		fs    interface{ InvalidateIfLive(error) bool }
+		cause error
+	}
+	var ends []end
+	m.mu.RLock()
+	if b := m.byID[id]; b != nil && b.fs != nil {
+		switch {
+		case e.Deleted:
+			ends = append(ends, end{b.fs, fmt.Errorf("%w: branch %q was removed from the store", ErrStale, b.rec.Name)})
+		case r.State == StateCommitted || r.State == StateAborted:
+			ends = append(ends, end{b.fs, fmt.Errorf("%w: branch %q was %s", ErrStale, r.Name, r.State)})
+		case r.State == StateInvalidated:
+			ends = append(ends, end{b.fs, &InvalidatedError{Branch: r.Name, By: r.InvalidatedBy}})
+		}
+	}
+	if !e.Deleted {
+		held := make(map[BranchID]*record, len(m.byID))
+		for hid, b := range m.byID {
+			hr := b.rec
+			held[hid] = &hr
+		}
+		if p := held[id]; p != nil && r.Gen > p.Gen {
+			p.Gen, p.LastCommit = r.Gen, r.LastCommit
+			stale(held)
+			for hid, hr := range held {
+				b := m.byID[hid]
+				if hr.State == StateInvalidated && b.rec.State == StateLive && b.fs != nil {
+					ends = append(ends, end{b.fs, &InvalidatedError{Branch: hr.Name, By: hr.InvalidatedBy}})
+				}
+			}
+		}
+	}
+	m.mu.RUnlock()
+	if len(ends) == 0 {
+		return
+	}
+	// A view's Lock may be held for a while (a commit of that branch
+	// here): wait for it off the watch. The caller is in m.wg.
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for _, x := range ends {
+			x.fs.InvalidateIfLive(x.cause)
+		}
+	}()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -142,3 +142,95 @@ func TestRefreshByWatch(t *testing.T) {
 		return nil
 	})
 }
+
+// TestStaleDuringLongCommit: while a commit on b holds its Manager's
+// operations (blocked in its merge), an abort and a sibling's commit on a
+// still make b's views of those branches stale: STALE comes from the
+// watch, not after b's own work.
+func TestStaleDuringLongCommit(t *testing.T) {
+	ctx := context.Background()
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	open := func() *branches.Manager {
+		o := etcdkv.Options{Prefix: "/stalelong/"}
+		m, err := branches.Open(ctx, branches.Options{Store: c.NewStore(t, o), Coord: c.NewCoord(t, o), ReclaimDelay: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	a, b := open(), open()
+	must(a.Fork(ctx, "main", "w"))(t)
+	must(a.Fork(ctx, "main", "q"))(t)
+	must(a.Fork(ctx, "q", "s1"))(t)
+	must(a.Fork(ctx, "q", "s2"))(t)
+	views := map[string]interface{ Err() error }{}
+	for _, name := range []string{"w", "s2"} {
+		eventually(t, name+" forked on a, seen on b", func() error {
+			v, _, err := b.View(name)
+			if err == nil {
+				views[name] = v
+			}
+			return err
+		})
+	}
+	// A commit on b that takes the merge path: its parent p changed
+	// since c was forked.
+	must(b.Fork(ctx, "main", "p"))(t)
+	must(b.Fork(ctx, "p", "c"))(t)
+	write(t, b, "c", "f", "child")
+	write(t, b, "p", "g", "parent")
+	entered, release := make(chan struct{}), make(chan struct{})
+	b.SetMergeHook(func() {
+		close(entered)
+		<-release
+	})
+	done := make(chan error, 1)
+	go func() { _, err := b.Commit(ctx, "c"); done <- err }()
+	<-entered
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+			<-done
+		}
+	}()
+
+	must(a.Abort(ctx, "w"))(t)
+	must(a.Commit(ctx, "s1"))(t)
+	eventually(t, "w's view on b after its abort on a, during b's commit", func() error {
+		if !errors.Is(views["w"].Err(), branches.ErrStale) {
+			return errors.New("still usable")
+		}
+		return nil
+	})
+	eventually(t, "s2's view on b after the commit of s1 on a, during b's commit", func() error {
+		var ie *branches.InvalidatedError
+		if !errors.As(views["s2"].Err(), &ie) {
+			return errors.New("still usable")
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("b's commit ended before its merge was released: %v", err)
+	default:
+	}
+	close(release)
+	released = true
+	if err := <-done; err != nil {
+		t.Fatalf("b's commit of c: %v", err)
+	}
+	// The records follow once b's commit lets them.
+	eventually(t, "s2 invalidated in b's records", func() error {
+		_, _, err := b.View("s2")
+		var ie *branches.InvalidatedError
+		if !errors.As(err, &ie) {
+			return errors.New("not invalidated")
+		}
+		return nil
+	})
+	if got := read(t, b, "p", "f"); got != "child" {
+		t.Fatalf("p/f after the commit of c on b = %q", got)
+	}
+}

@@ -252,6 +252,21 @@ func (f *View) Invalidate(cause error) {
 	f.dropCache()
 }
 
+// InvalidateIfLive is Invalidate unless the view is no longer usable
+// already (it then keeps its cause); it reports whether it invalidated.
+func (f *View) InvalidateIfLive(cause error) bool {
+	f.mu.Lock()
+	live := f.err == nil
+	if live {
+		f.err = cause
+	}
+	f.mu.Unlock()
+	if live {
+		f.dropCache()
+	}
+	return live
+}
+
 // InvalidateLocked is Invalidate for a caller holding Lock.
 func (f *View) InvalidateLocked(cause error) {
 	f.err = cause
