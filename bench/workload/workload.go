@@ -180,6 +180,10 @@ type MetaOptions struct {
 	Files    int
 	FileSize int
 	Workers  int // each with its own connection
+	// CPU, when set, returns the CPU time (seconds) the server has used
+	// so far; Meta samples it around each phase for MetaResult's CPU
+	// figures.
+	CPU func() float64
 }
 
 // MetaResult gives operations per second for each phase.
@@ -192,6 +196,13 @@ type MetaResult struct {
 	ListCalls  int     `json:"list_calls"`
 	RemoveOps  float64 `json:"remove_ops"` // REMOVE per file
 	ListSecond float64 `json:"list_seconds"`
+	// The server's CPU time (user + system) per operation of each phase
+	// (per entry for the listing), in microseconds; 0 without
+	// MetaOptions.CPU.
+	CreateCPU float64 `json:"create_cpu_us,omitempty"`
+	StatCPU   float64 `json:"stat_cpu_us,omitempty"`
+	ListCPU   float64 `json:"list_cpu_us,omitempty"`
+	RemoveCPU float64 `json:"remove_cpu_us,omitempty"`
 }
 
 // Meta creates o.Files files of o.FileSize bytes in a new directory, stats
@@ -218,6 +229,18 @@ func Meta(t nfsclient.Target, o MetaOptions) (MetaResult, error) {
 	}
 	content := Data(7, o.FileSize)
 	name := func(i int) string { return fmt.Sprintf("f%06d", i) }
+	cpu := func() float64 {
+		if o.CPU == nil {
+			return 0
+		}
+		return o.CPU()
+	}
+	perOp := func(cpu0 float64, ops int) float64 {
+		if o.CPU == nil || ops == 0 {
+			return 0
+		}
+		return (cpu() - cpu0) * 1e6 / float64(ops)
+	}
 	phase := func(fn func(c *nfsclient.Conn, i int) error) (float64, error) {
 		start := time.Now()
 		var next atomic.Int64
@@ -248,6 +271,7 @@ func Meta(t nfsclient.Target, o MetaOptions) (MetaResult, error) {
 		wg.Wait()
 		return float64(o.Files) / time.Since(start).Seconds(), first
 	}
+	cpu0 := cpu()
 	res.CreateOps, err = phase(func(c *nfsclient.Conn, i int) error {
 		fh, err := c.Create(dir, name(i), 0o644)
 		if err != nil {
@@ -258,6 +282,8 @@ func Meta(t nfsclient.Target, o MetaOptions) (MetaResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("create: %w", err)
 	}
+	res.CreateCPU = perOp(cpu0, o.Files)
+	cpu0 = cpu()
 	res.StatOps, err = phase(func(c *nfsclient.Conn, i int) error {
 		_, a, err := c.Lookup(dir, name(i))
 		if err == nil && a.Filesize != uint64(o.FileSize) {
@@ -268,12 +294,15 @@ func Meta(t nfsclient.Target, o MetaOptions) (MetaResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("stat: %w", err)
 	}
+	res.StatCPU = perOp(cpu0, o.Files)
+	cpu0 = cpu()
 	start := time.Now()
 	ents, calls, err := c0.ReadDirPlus(dir, 64<<10)
 	if err != nil {
 		return res, fmt.Errorf("list: %w", err)
 	}
 	res.ListSecond = time.Since(start).Seconds()
+	res.ListCPU = perOp(cpu0, len(ents))
 	res.ListOps, res.ListCalls = float64(len(ents))/res.ListSecond, calls
 	if len(ents) != o.Files {
 		return res, fmt.Errorf("list: %d entries, want %d", len(ents), o.Files)
@@ -287,10 +316,12 @@ func Meta(t nfsclient.Target, o MetaOptions) (MetaResult, error) {
 	if err := c0.ReadFull(fh, 0, back); err != nil || !bytes.Equal(back, content) {
 		return res, fmt.Errorf("content of %s differs after create (err %v)", name(o.Files/2), err)
 	}
+	cpu0 = cpu()
 	res.RemoveOps, err = phase(func(c *nfsclient.Conn, i int) error { return c.Remove(dir, name(i)) })
 	if err != nil {
 		return res, fmt.Errorf("remove: %w", err)
 	}
+	res.RemoveCPU = perOp(cpu0, o.Files)
 	return res, nil
 }
 

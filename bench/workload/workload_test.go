@@ -61,12 +61,21 @@ func TestSeqAndMetaAgainstBranchnfs(t *testing.T) {
 	if !r.ChecksumMatch || r.Bytes != int64(len(data)) || r.WriteMiBps <= 0 || r.ReadMiBps <= 0 {
 		t.Fatalf("Seq = %+v", r)
 	}
-	m, err := workload.Meta(tg, workload.MetaOptions{Dir: "m", Files: 120, FileSize: 1024, Workers: 3})
+	// A CPU clock that advances 1.2 ms per sample: each phase is one
+	// sample apart, so every phase costs 1.2 ms over its 120 operations.
+	var clock float64
+	cpu := func() float64 { clock += 0.0012; return clock }
+	m, err := workload.Meta(tg, workload.MetaOptions{Dir: "m", Files: 120, FileSize: 1024, Workers: 3, CPU: cpu})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m.CreateOps <= 0 || m.StatOps <= 0 || m.ListOps <= 0 || m.RemoveOps <= 0 {
 		t.Fatalf("Meta = %+v", m)
+	}
+	for _, v := range []float64{m.CreateCPU, m.StatCPU, m.ListCPU, m.RemoveCPU} {
+		if v < 9.99 || v > 10.01 {
+			t.Fatalf("Meta CPU per op = %v / %v / %v / %v µs, want 10 each", m.CreateCPU, m.StatCPU, m.ListCPU, m.RemoveCPU)
+		}
 	}
 	// The workloads clean up after themselves: the file is gone and the
 	// directory is empty.

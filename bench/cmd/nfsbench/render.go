@@ -263,6 +263,18 @@ func renderMarkdown(r *Results) string {
 			}
 		}
 		p("\n")
+		if g.CreateCPU.N > 0 {
+			p("Server CPU time per operation (user + system of the server process over each phase, µs per file; per entry for list; lower is better, and it depends far less on the machine's load than operations/s):\n\n")
+			p("| server | create | stat | list | remove | × ganesha's (create / stat / list / remove) |\n|---|---|---|---|---|---|\n")
+			for _, m := range r.Meta {
+				if m.CreateCPU.N == 0 {
+					continue
+				}
+				p("| %s | %s | %s | %s | %s | %s / %s / %s / %s |\n", m.Server, mmm(m.CreateCPU), mmm(m.StatCPU), mmm(m.ListCPU), mmm(m.RemoveCPU),
+					ratio(m.CreateCPU, g.CreateCPU), ratio(m.StatCPU, g.StatCPU), ratio(m.ListCPU, g.ListCPU), ratio(m.RemoveCPU, g.RemoveCPU))
+			}
+			p("\n")
+		}
 	}
 
 	// 4. Storage.

@@ -91,7 +91,14 @@ type metaRow struct {
 	Stat   stats.Summary `json:"stat_ops"`
 	List   stats.Summary `json:"list_entries_per_s"`
 	Remove stats.Summary `json:"remove_ops"`
-	Error  string        `json:"error,omitempty"`
+	// The server process's CPU time (user + system) per operation of
+	// each phase, in microseconds (per entry for list): the figure the
+	// machine's load moves least.
+	CreateCPU stats.Summary `json:"create_cpu_us"`
+	StatCPU   stats.Summary `json:"stat_cpu_us"`
+	ListCPU   stats.Summary `json:"list_cpu_us"`
+	RemoveCPU stats.Summary `json:"remove_cpu_us"`
+	Error     string        `json:"error,omitempty"`
 }
 
 type memRow struct {
@@ -858,8 +865,9 @@ func fileSHA(path string) ([32]byte, error) {
 // meta runs the metadata workload, interleaving runs across peers.
 func (s *suite) meta(peers []peer) {
 	type acc struct {
-		row            metaRow
-		cr, st, ls, rm []float64
+		row                metaRow
+		cr, st, ls, rm     []float64
+		crc, stc, lsc, rmc []float64
 	}
 	var accs []*acc
 	var ps []peer
@@ -875,17 +883,25 @@ func (s *suite) meta(peers []peer) {
 				continue
 			}
 			s.logf("meta %s run %d", p.label, run+1)
-			res, err := workload.Meta(p.t, workload.MetaOptions{Dir: fmt.Sprintf("meta%d", run), Files: s.cfg.MetaFiles, FileSize: 1024, Workers: s.cfg.MetaWorkers})
+			o := workload.MetaOptions{Dir: fmt.Sprintf("meta%d", run), Files: s.cfg.MetaFiles, FileSize: 1024, Workers: s.cfg.MetaWorkers}
+			if p.srv != nil && p.srv.cpuSeconds() > 0 {
+				o.CPU = p.srv.cpuSeconds
+			}
+			res, err := workload.Meta(p.t, o)
 			if err != nil {
 				a.row.Error = err.Error()
 				s.fail("meta "+p.label, err)
 				continue
 			}
 			a.cr, a.st, a.ls, a.rm = append(a.cr, res.CreateOps), append(a.st, res.StatOps), append(a.ls, res.ListOps), append(a.rm, res.RemoveOps)
+			if o.CPU != nil {
+				a.crc, a.stc, a.lsc, a.rmc = append(a.crc, res.CreateCPU), append(a.stc, res.StatCPU), append(a.lsc, res.ListCPU), append(a.rmc, res.RemoveCPU)
+			}
 		}
 	}
 	for _, a := range accs {
 		a.row.Create, a.row.Stat, a.row.List, a.row.Remove = stats.Summarize(a.cr), stats.Summarize(a.st), stats.Summarize(a.ls), stats.Summarize(a.rm)
+		a.row.CreateCPU, a.row.StatCPU, a.row.ListCPU, a.row.RemoveCPU = stats.Summarize(a.crc), stats.Summarize(a.stc), stats.Summarize(a.lsc), stats.Summarize(a.rmc)
 		s.res.Meta = append(s.res.Meta, a.row)
 	}
 }
