@@ -56,6 +56,14 @@ type Store interface {
 	Close() error
 }
 
+// Filler is a Store that can read a blob into the caller's buffer, so a
+// reader that reads many blobs reuses its buffers (the Cache is one).
+type Filler interface {
+	// GetInto is Get that returns the content in buf (buf[:len]) when it
+	// fits in cap(buf), in a new slice otherwise.
+	GetInto(ctx context.Context, key Key, buf []byte) ([]byte, error)
+}
+
 // Sizer is a Store that lists its blobs with their sizes; every Store of
 // this package is one (the Cache when its backing store is).
 type Sizer interface {

@@ -224,10 +224,15 @@ func (c *Cache) Put(ctx context.Context, key Key, data []byte) error {
 // key, from the backing store otherwise (concurrent misses of one key
 // fetch it once).
 func (c *Cache) Get(ctx context.Context, key Key) ([]byte, error) {
+	return c.GetInto(ctx, key, nil)
+}
+
+// GetInto is Get that reads a cached file into buf when it fits (Filler).
+func (c *Cache) GetInto(ctx context.Context, key Key, buf []byte) ([]byte, error) {
 	if c.isClosed() {
 		return nil, ErrClosed
 	}
-	if data, ok := c.read(key); ok {
+	if data, ok := c.read(key, buf); ok {
 		c.hits.Add(1)
 		return data, nil
 	}
@@ -261,8 +266,9 @@ func (c *Cache) Get(ctx context.Context, key Key) ([]byte, error) {
 	return data, nil
 }
 
-// read returns the cached content of key if it is cached and matches.
-func (c *Cache) read(key Key) ([]byte, bool) {
+// read returns the cached content of key if it is cached and matches, in
+// buf if it fits.
+func (c *Cache) read(key Key, buf []byte) ([]byte, bool) {
 	c.mu.Lock()
 	el, ok := c.idx[key]
 	var size int64
@@ -276,7 +282,7 @@ func (c *Cache) read(key Key) ([]byte, bool) {
 		return nil, false
 	}
 	p := c.path(key)
-	data, err := readCached(p, size)
+	data, err := readCached(p, size, buf)
 	if err == nil && Sum(data) == key {
 		return data, true
 	}

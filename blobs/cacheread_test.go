@@ -1,6 +1,7 @@
 package blobs_test
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -80,5 +81,44 @@ func TestCacheHitWritesNothing(t *testing.T) {
 	mustGet(t, c, k2, d2)
 	if g := back.gets.Load(); g != 0 {
 		t.Fatalf("%d Gets reached the backing store; the two blobs read last were cached", g)
+	}
+}
+
+// TestCacheGetInto: a hit is read into the caller's buffer when it fits,
+// into a new slice when not, and a miss or a corrupt file is served as by
+// Get.
+func TestCacheGetInto(t *testing.T) {
+	back := &counting{Store: blobs.NewMem()}
+	dir := t.TempDir()
+	c := openCache(t, back, dir, 1<<20)
+	k, data := blob(1, 5000)
+	if err := c.Put(bg, k, data); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 0, 8192)
+	got, err := c.GetInto(bg, k, buf)
+	if err != nil || !bytes.Equal(got, data) || &got[0] != &buf[:1][0] {
+		t.Fatalf("GetInto with room: %d bytes, %v, in the buffer: %v", len(got), err, err == nil && &got[0] == &buf[:1][0])
+	}
+	small := make([]byte, 0, 100)
+	got, err = c.GetInto(bg, k, small)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("GetInto without room: %d bytes, %v", len(got), err)
+	}
+	bad := bytes.Clone(data)
+	bad[10] ^= 1
+	if err := os.WriteFile(filepath.Join(dir, k.String()[:2], k.String()), bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err = c.GetInto(bg, k, buf)
+	if err != nil || !bytes.Equal(got, data) || back.gets.Load() != 1 || c.Stats().Corrupt != 1 {
+		t.Fatalf("GetInto of a corrupt file: %v, %d backing Gets, stats %+v", err, back.gets.Load(), c.Stats())
+	}
+	k2, d2 := blob(2, 3000)
+	if err := back.Store.Put(bg, k2, d2); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.GetInto(bg, k2, buf); err != nil || !bytes.Equal(got, d2) {
+		t.Fatalf("GetInto of a miss: %v", err)
 	}
 }

@@ -3,8 +3,12 @@ package cowfs
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"syscall"
 	"testing"
+
+	"github.com/branchnfs/branchnfs/blobs"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 // TestReadInto checks ReadInto's contract: buf gets the attributes and the
@@ -61,5 +65,48 @@ func TestReadInto(t *testing.T) {
 	}
 	if _, _, err := f.ReadInto(a.Ino, 0, 10, func(*Attr, int) ([]byte, error) { return nil, nil }); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("ReadInto into a short buffer: %v", err)
+	}
+}
+
+// TestReadBlobBuffersReused checks that READs through a block cache read
+// the cached blobs into reused buffers: a 1 MiB READ of 32 blocks does
+// not allocate their 1 MiB again each time.
+func TestReadBlobBuffersReused(t *testing.T) {
+	cache, err := blobs.OpenCache(blobs.NewMem(), blobs.CacheOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cache.Close()
+	_, f := newTestTree(t, kvtest.NewStore(t), Options{Blobs: cache})
+	a, err := f.Create(RootIno, "f", CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i*7 + i>>15)
+	}
+	if _, err := f.WriteAt(a.Ino, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, len(data))
+	read := func() {
+		if n, _, err := f.ReadAt(a.Ino, p, 0); err != nil || n != len(p) || !bytes.Equal(p, data) {
+			t.Fatalf("ReadAt: %d, %v", n, err)
+		}
+	}
+	read()
+	const reads = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range reads {
+		read()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / reads; per > 256<<10 {
+		t.Fatalf("a 1 MiB READ through the block cache allocates %d bytes; want under 256 KiB (its blobs read into reused buffers)", per)
+	}
+	if st := cache.Stats(); st.Misses != 0 {
+		t.Fatalf("cache misses: %+v", st)
 	}
 }
