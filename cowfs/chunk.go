@@ -62,25 +62,28 @@ var chunkSizes = struct{ min, max, avgBits int }{chunkMin, chunkMax, chunkAvgBit
 // A file's head is cut into smaller chunks: inserts are most common there
 // (a prepended line, an edited header), and an insert stores anew the
 // chunk it falls in. The chunks starting in a file's first headBytes bytes
-// are cut with headMin, headMax and headAvgBits (about 6 KiB on average);
+// are cut with headMin, headMax and headAvgBits (about 3 KiB on average);
 // the normal chunker then starts at the end of the last of them, a
 // content-defined point, so after an insert it meets the same bytes and
-// cuts the same chunks as before. Measured with BenchmarkHeadChunkSizes (a
-// 32 MiB file imported and a copy with 10 bytes prepended, rechunked; five
-// files): the copy adds one chunk of 5.7 KiB on average and 8.6 KiB at
-// most, against 56 and 184 KiB without head chunking (the first one or two
-// chunks, of 8-128 KiB each), for 0.2 more keys per 32 MiB file (37.6 against 37.4);
-// bounds of 1-8 KiB halve the chunk for 0.8 more keys, and heads of 32 or
-// 128 KiB change nothing for a prepend. A file of two blocks holds about
-// ten chunks instead of one or two. This changes only how new bytes are
-// cut: chunks cut before stay valid references, and nothing derives
-// boundaries from stored chunks (Rechunk takes plain hash and inline
-// references only).
+// cuts the same chunks as before. Measured with BenchmarkHeadChunkSizes: a
+// copy of an imported 32 MiB file with 10 bytes prepended adds one chunk
+// of 3.0 KiB on average and 4.9 KiB at most over five files, against 56
+// and 184 KiB without head chunking (the first one or two chunks, of
+// 8-128 KiB each), for one more key per 32 MiB file (38.4 against 37.4);
+// over 1,000 files with 10 bytes inserted in their first 64 KiB, 3.1% of
+// the copies have two new chunks (the insert made or removed a boundary,
+// or fell in a chunk cut at headMax, which then moves) and 0.1% exceed
+// 0.0256 MiB. Bounds of 2-16 KiB (about 6 KiB) cut half as many chunks
+// but miss that 1% of the time, 1-8 KiB cut at the bound more often. A
+// file of two blocks holds about 20 chunks instead of one or two. This
+// changes only how new bytes are cut: chunks cut before stay valid
+// references, and nothing derives boundaries from stored chunks (Rechunk
+// takes plain hash and inline references only).
 const (
 	headBytes   = 64 << 10
-	headMin     = 2 << 10
+	headMin     = 1 << 10
 	headMax     = 16 << 10
-	headAvgBits = 12
+	headAvgBits = 11
 )
 
 // headSizes are the head chunker's bounds, a variable only so that

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/zeebo/blake3"
 )
 
 // insertCost is what a copy of an imported file with bytes inserted adds
@@ -117,16 +119,39 @@ func TestHeadChunksPrepend(t *testing.T) {
 	}
 }
 
-// BenchmarkHeadChunkSizes measures, per head chunking (headSizes; none,
+// cutChunks cuts data as a file from offset 0 and returns its chunks'
+// lengths by hash.
+func cutChunks(t testing.TB, data []byte) map[[32]byte]int {
+	t.Helper()
+	ch := newChunker(bytes.NewReader(data), 0)
+	buf := make([]byte, chunkBufSize())
+	out := map[[32]byte]int{}
+	for {
+		c, err := ch.Next(buf)
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[blake3.Sum256(c.Data)] = int(c.Length)
+	}
+}
+
+// BenchmarkHeadChunkSizes measures, per head chunking (headSizes: none,
 // then head lengths and bounds), what a copy of an imported 32 MiB file
-// with 10 bytes prepended adds once rechunked, over five files: the mean
-// and largest bytes of new chunks, and the copy's data keys. It is how
-// the head sizes were picked (headSizes' comment).
+// with 10 bytes prepended adds once rechunked, over five files (the mean
+// and largest bytes of new chunks, and the copy's data keys), and, cutting
+// 1,000 files of 160 KiB and copies with 10 bytes inserted at offset 0 or
+// at a random offset in the first 64 KiB, how often the copy has more
+// than one new chunk and how often its new chunks exceed 26,643 bytes
+// (0.0256 MiB less 200 for the store's entries), in percent, and the
+// chunks per file. It is how the head sizes were picked (headSizes).
 func BenchmarkHeadChunkSizes(b *testing.B) {
 	defer func(old struct{ bytes, min, max, avgBits int }) { headSizes = old }(headSizes)
 	for _, p := range []struct{ bytes, min, max, avgBits int }{
-		{0, 0, 0, 0}, {64 << 10, 2 << 10, 16 << 10, 12}, {64 << 10, 1 << 10, 8 << 10, 11},
-		{32 << 10, 2 << 10, 16 << 10, 12}, {128 << 10, 2 << 10, 16 << 10, 12},
+		{0, 0, 0, 0}, {64 << 10, 1 << 10, 16 << 10, 11}, {64 << 10, 2 << 10, 16 << 10, 12},
+		{64 << 10, 1 << 10, 8 << 10, 11}, {32 << 10, 1 << 10, 16 << 10, 11}, {128 << 10, 1 << 10, 16 << 10, 11},
 	} {
 		b.Run(fmt.Sprintf("head=%dKiB/min=%dKiB/max=%dKiB/avg=%dKiB", p.bytes>>10, p.min>>10, p.max>>10, (1<<p.avgBits)>>10), func(b *testing.B) {
 			headSizes = p
@@ -143,6 +168,34 @@ func BenchmarkHeadChunkSizes(b *testing.B) {
 				b.ReportMetric(float64(sum)/seeds, "B-added-mean")
 				b.ReportMetric(float64(most), "B-added-max")
 				b.ReportMetric(float64(keys)/seeds, "keys")
+				const files = 1000
+				multi, over, chunks := 0, 0, 0
+				for seed := uint64(0); seed < files; seed++ {
+					r := rand.New(rand.NewPCG(seed, 9))
+					data := randBytes(r, 160<<10)
+					at := 0
+					if seed%2 == 1 {
+						at = r.IntN(64 << 10)
+					}
+					cp := append(append(append([]byte{}, data[:at]...), "PREPEND010"...), data[at:]...)
+					orig, cut := cutChunks(b, data), cutChunks(b, cp)
+					chunks += len(orig)
+					added, k := 0, 0
+					for h, l := range cut {
+						if _, ok := orig[h]; !ok {
+							added, k = added+l, k+1
+						}
+					}
+					if k > 1 {
+						multi++
+					}
+					if added > 26643 {
+						over++
+					}
+				}
+				b.ReportMetric(100*float64(multi)/files, "%more-than-1")
+				b.ReportMetric(100*float64(over)/files, "%over-target")
+				b.ReportMetric(float64(chunks)/files, "chunks/160KiB")
 			}
 		})
 	}

@@ -80,6 +80,10 @@ func checkFiles(t *testing.T, fm *fileModel, when string, bs int) {
 // what each path should leave.
 func TestExtentPaths(t *testing.T) {
 	const bs = 4096
+	// The keys below assume the file's 41 blocks in chunks of 8-128 KiB,
+	// under one extent's 24 slices: no smaller chunks at its head.
+	defer func(old struct{ bytes, min, max, avgBits int }) { headSizes = old }(headSizes)
+	headSizes.bytes = 0
 	ctx := context.Background()
 	f, st, sto := newTestFS(t, Options{BlockSize: bs, InlineMax: 64})
 	r := rand.New(rand.NewPCG(21, 22))
