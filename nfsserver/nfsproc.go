@@ -818,7 +818,15 @@ func remove(r *request, d *decoder, e *encoder, isDir bool) error {
 	case name == "." || name == "..":
 		return r.fail(e, dir, syscall.EISDIR, 2)
 	}
-	if _, err := r.victim(dir, name); err != nil {
+	// The entry is read first only where the sticky-directory rule could
+	// deny its removal; elsewhere Unlink and Rmdir find it (or answer
+	// ENOENT) in their own transaction.
+	if r.cred.stickyApplies(&dir.attr) {
+		_, err = r.victim(dir, name)
+	} else {
+		err = checkName(name)
+	}
+	if err != nil {
 		return r.fail(e, dir, err, 2)
 	}
 	pre := dir.attr

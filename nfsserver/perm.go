@@ -88,7 +88,14 @@ func (c *cred) access(a *cowfs.Attr, want uint32) uint32 {
 // remove or rename the entry victim: only the owner of the entry, the owner
 // of the directory and root may.
 func (c *cred) stickyDenies(dir, victim *cowfs.Attr) bool {
-	return dir.Mode&cowfs.ModeSticky != 0 && !c.isRoot() && !c.owns(dir) && !c.owns(victim)
+	return c.stickyApplies(dir) && !c.owns(victim)
+}
+
+// stickyApplies reports whether the sticky-directory rule restricts which
+// of dir's entries the caller may remove: only then does the entry's
+// owner matter.
+func (c *cred) stickyApplies(dir *cowfs.Attr) bool {
+	return dir.Mode&cowfs.ModeSticky != 0 && !c.isRoot() && !c.owns(dir)
 }
 
 // newGID is the group of a file created in dir when the caller names none:
