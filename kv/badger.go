@@ -512,7 +512,11 @@ func (s *badgerStore) Close() error {
 	s.closeMu.Unlock()
 	s.cancel()
 	s.wg.Wait()
-	return mapErr(s.db.Close())
+	err := mapErr(s.db.Close())
+	if s.logs != nil {
+		s.logs.close()
+	}
+	return err
 }
 
 // mapErr turns Badger errors into kv errors, keeping the original wrapped.

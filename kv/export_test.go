@@ -41,3 +41,11 @@ func ExpireSpaceCache(s Store) {
 	b.res.at = time.Time{}
 	b.res.mu.Unlock()
 }
+
+// LogListings returns how many times s's Sync has listed its directory.
+func LogListings(s Store) int {
+	b := s.(*badgerStore)
+	b.logs.mu.Lock()
+	defer b.logs.mu.Unlock()
+	return b.logs.listings
+}

@@ -96,10 +96,86 @@ type logFiles struct {
 	mu      sync.Mutex      // protects the following; held across a sync
 	clean   map[string]bool // complete files fsynced since they completed
 	dirSeen map[string]bool // names present at the last directory fsync
+	// watch reports whether names in dir may have been created, removed
+	// or renamed since it was last asked (nil: always list); list is the
+	// last listing, reused while the watch reports no change, and
+	// listings counts the listings taken.
+	watch    dirWatch
+	list     *logListing
+	listings int
+}
+
+// logListing is the *.mem and *.vlog files of one directory listing.
+type logListing struct {
+	files  []logFile
+	newest map[string]int64 // extension -> highest file id
+	names  map[string]bool
+}
+
+type logFile struct {
+	name, ext string
+	id        int64
+}
+
+// dirWatch tells whether a directory's names may have changed.
+type dirWatch interface {
+	// changed reports whether a name was created, removed or renamed
+	// since the last call (or since the watch began), or whether that is
+	// unknown. A change made before the call returns is reported by this
+	// call or an earlier one.
+	changed() bool
+	close() error
 }
 
 func newLogFiles(dir string) *logFiles {
-	return &logFiles{dir: dir, fsync: fsyncPath, clean: map[string]bool{}, dirSeen: map[string]bool{}}
+	return &logFiles{dir: dir, fsync: fsyncPath, clean: map[string]bool{}, dirSeen: map[string]bool{}, watch: newDirWatch(dir)}
+}
+
+// close releases the directory watch.
+func (l *logFiles) close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.watch == nil {
+		return nil
+	}
+	err := l.watch.close()
+	l.watch, l.list = nil, nil
+	return err
+}
+
+// listing returns the directory's log files: the last listing while the
+// watch has seen no name change since it was taken, else a new one. The
+// watch is asked before listing, so a name created after it was asked is
+// either in the new listing or reported by the next call.
+func (l *logFiles) listing() (*logListing, error) {
+	changed := l.watch == nil || l.watch.changed()
+	if !changed && l.list != nil {
+		return l.list, nil
+	}
+	l.list = nil
+	ents, err := os.ReadDir(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	l.listings++
+	ls := &logListing{newest: map[string]int64{}, names: make(map[string]bool, len(ents))}
+	for _, e := range ents {
+		ext := filepath.Ext(e.Name())
+		if ext != ".mem" && ext != ".vlog" {
+			continue
+		}
+		id, err := strconv.ParseInt(strings.TrimSuffix(e.Name(), ext), 10, 64)
+		if err != nil {
+			continue
+		}
+		ls.names[e.Name()] = true
+		ls.files = append(ls.files, logFile{e.Name(), ext, id})
+		if n, ok := ls.newest[ext]; !ok || id > n {
+			ls.newest[ext] = id
+		}
+	}
+	l.list = ls
+	return ls, nil
 }
 
 func fsyncPath(path string) error {
@@ -118,32 +194,11 @@ func fsyncPath(path string) error {
 func (l *logFiles) sync() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ents, err := os.ReadDir(l.dir)
+	ls, err := l.listing()
 	if err != nil {
 		return err
 	}
-	newest := map[string]int64{} // extension -> highest file id
-	type logFile struct {
-		name, ext string
-		id        int64
-	}
-	var files []logFile
-	names := make(map[string]bool, len(ents))
-	for _, e := range ents {
-		ext := filepath.Ext(e.Name())
-		if ext != ".mem" && ext != ".vlog" {
-			continue
-		}
-		id, err := strconv.ParseInt(strings.TrimSuffix(e.Name(), ext), 10, 64)
-		if err != nil {
-			continue
-		}
-		names[e.Name()] = true
-		files = append(files, logFile{e.Name(), ext, id})
-		if n, ok := newest[ext]; !ok || id > n {
-			newest[ext] = id
-		}
-	}
+	files, newest, names := ls.files, ls.newest, ls.names
 	for _, f := range files {
 		if l.clean[f.name] {
 			continue

@@ -36,3 +36,46 @@ func syncFile(f *os.File) error {
 		}
 	}
 }
+
+// inotifyWatch is a dirWatch on inotify: the kernel queues an event for
+// each name created, removed or renamed in the directory before the call
+// that made the change returns, so a non-blocking read finds every change
+// made before it.
+type inotifyWatch struct {
+	fd  int
+	buf [4096]byte
+}
+
+// newDirWatch watches dir, or returns nil (list every time) when inotify
+// is not available.
+func newDirWatch(dir string) dirWatch {
+	fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
+	if err != nil {
+		return nil
+	}
+	const mask = syscall.IN_CREATE | syscall.IN_DELETE | syscall.IN_MOVED_FROM | syscall.IN_MOVED_TO |
+		syscall.IN_DELETE_SELF | syscall.IN_MOVE_SELF
+	if _, err := syscall.InotifyAddWatch(fd, dir, mask); err != nil {
+		syscall.Close(fd)
+		return nil
+	}
+	return &inotifyWatch{fd: fd}
+}
+
+func (w *inotifyWatch) changed() bool {
+	got := false
+	for {
+		n, err := syscall.Read(w.fd, w.buf[:])
+		switch {
+		case n > 0:
+			got = true // any event, an overflow included
+		case err == syscall.EINTR:
+		case err == syscall.EAGAIN:
+			return got
+		default:
+			return true // unknown: list again
+		}
+	}
+}
+
+func (w *inotifyWatch) close() error { return syscall.Close(w.fd) }
