@@ -64,6 +64,20 @@ type Filler interface {
 	GetInto(ctx context.Context, key Key, buf []byte) ([]byte, error)
 }
 
+// Creator is a Store that stores a blob unless it holds the key already,
+// in one request: on S3 a PUT with If-None-Match: *, which the service
+// refuses before it stores anything when the object exists. A writer
+// that does not know whether the store holds a blob saves the existence
+// check (a HEAD) before each new blob's upload that way, and a blob the
+// store holds costs about that check rather than a whole upload. Every
+// Store of this package is one (the Cache when its backing store is).
+type Creator interface {
+	// Create is Put unless key is stored already; it reports whether it
+	// stored data. Either way, when it returns nil the blob is in the
+	// store.
+	Create(ctx context.Context, key Key, data []byte) (bool, error)
+}
+
 // Sizer is a Store that lists its blobs with their sizes; every Store of
 // this package is one (the Cache when its backing store is).
 type Sizer interface {
@@ -105,8 +119,9 @@ type Mem struct {
 }
 
 var (
-	_ Store = (*Mem)(nil)
-	_ Sizer = (*Mem)(nil)
+	_ Store   = (*Mem)(nil)
+	_ Sizer   = (*Mem)(nil)
+	_ Creator = (*Mem)(nil)
 )
 
 // NewMem returns an empty Mem.
@@ -129,6 +144,20 @@ func (m *Mem) Put(ctx context.Context, key Key, data []byte) error {
 		return err
 	}
 	return m.do(ctx, func() error { m.blobs[key] = slices.Clone(data); return nil })
+}
+
+func (m *Mem) Create(ctx context.Context, key Key, data []byte) (bool, error) {
+	if err := checkPut(key, data); err != nil {
+		return false, err
+	}
+	stored := false
+	err := m.do(ctx, func() error {
+		if _, ok := m.blobs[key]; !ok {
+			m.blobs[key], stored = slices.Clone(data), true
+		}
+		return nil
+	})
+	return stored, err
 }
 
 func (m *Mem) Get(ctx context.Context, key Key) ([]byte, error) {

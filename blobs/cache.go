@@ -111,8 +111,9 @@ type cacheEntry struct {
 }
 
 var (
-	_ Store = (*Cache)(nil)
-	_ Sizer = (*Cache)(nil)
+	_ Store   = (*Cache)(nil)
+	_ Sizer   = (*Cache)(nil)
+	_ Creator = (*Cache)(nil)
 )
 
 // OpenCache opens the cache in o.Dir in front of back. Closing the cache
@@ -218,6 +219,26 @@ func (c *Cache) Put(ctx context.Context, key Key, data []byte) error {
 	}
 	c.insert(key, data)
 	return nil
+}
+
+// Create is the backing store's Create (its Put when it is no Creator),
+// then, when it stored data, the cache's copy.
+func (c *Cache) Create(ctx context.Context, key Key, data []byte) (bool, error) {
+	if c.isClosed() {
+		return false, ErrClosed
+	}
+	if err := checkPut(key, data); err != nil {
+		return false, err
+	}
+	cr, ok := c.back.(Creator)
+	if !ok {
+		return true, c.Put(ctx, key, data)
+	}
+	stored, err := cr.Create(ctx, key, data)
+	if err == nil && stored {
+		c.insert(key, data)
+	}
+	return stored, err
 }
 
 // Get serves key from the cache when it holds a file that matches the

@@ -118,11 +118,15 @@ type S3 struct {
 	closed  atomic.Bool
 	down    atomic.Bool  // the last attempt failed transiently
 	retries atomic.Int64 // attempts retried, for tests and metrics
+	// noCreate: the service answered a conditional upload with Not
+	// Implemented; Create uploads unconditionally.
+	noCreate atomic.Bool
 }
 
 var (
-	_ Store = (*S3)(nil)
-	_ Sizer = (*S3)(nil)
+	_ Store   = (*S3)(nil)
+	_ Sizer   = (*S3)(nil)
+	_ Creator = (*S3)(nil)
 )
 
 // OpenS3 connects to the bucket and checks that it exists and the
@@ -196,6 +200,46 @@ func (s *S3) Put(ctx context.Context, key Key, data []byte) error {
 			minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true})
 		return err
 	})
+}
+
+// Create puts data with If-None-Match: *, so a service that holds the
+// object refuses the upload (412 Precondition Failed) before storing it.
+// A service that rejects the header as not implemented gets plain Puts
+// from then on (one ignoring it overwrites the object with the same
+// bytes, which is harmless).
+func (s *S3) Create(ctx context.Context, key Key, data []byte) (bool, error) {
+	if err := checkPut(key, data); err != nil {
+		return false, err
+	}
+	if s.noCreate.Load() {
+		return true, s.Put(ctx, key, data)
+	}
+	exists, unsupported := false, false
+	err := s.retry(ctx, "Put", s.object(key), func(ctx context.Context) error {
+		opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableMultipart: true}
+		opts.SetMatchETagExcept("*")
+		_, err := s.c.PutObject(ctx, s.o.Bucket, s.object(key), bytes.NewReader(data), int64(len(data)), opts)
+		switch r := minio.ToErrorResponse(err); {
+		case err == nil:
+		case r.StatusCode == 412 || r.Code == "PreconditionFailed":
+			exists = true // maybe by an earlier attempt whose answer was lost
+			return nil
+		case r.StatusCode == 501 || r.Code == "NotImplemented":
+			unsupported = true
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if unsupported {
+		if !s.noCreate.Swap(true) {
+			s.o.Logger.Info("blobs: the S3 service does not take conditional uploads: each new blob is an upload of its own, existing ones too", "endpoint", s.name)
+		}
+		return true, s.Put(ctx, key, data)
+	}
+	return !exists, nil
 }
 
 func (s *S3) Get(ctx context.Context, key Key) ([]byte, error) {
@@ -297,7 +341,8 @@ func classify(err error) errClass {
 		return notFound
 	case "NoSuchBucket", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled", "InvalidBucketName", "ExpiredToken", "InvalidToken":
 		return denied
-	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "RequestTimeTooSkewed":
+	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "RequestTimeTooSkewed",
+		"ConditionalRequestConflict": // another conditional upload of the key under way (AWS)
 		return transient
 	}
 	switch {

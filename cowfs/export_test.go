@@ -127,3 +127,19 @@ func storedContent(t testing.TB, s *Store) map[string]bool {
 	}
 	return out
 }
+
+// SetBlobWrite sets how s uploads blocks: "head" asks first whether each
+// exists, "put" always uploads, "create" uploads what the blob store
+// lacks in one request (a conditional PUT), "known" is "create" that
+// skips what s uploaded lately (the default with one server).
+func SetBlobWrite(s *Store, how string) {
+	switch how {
+	case "head":
+		s.blobWrite = blobWriteHead
+	case "put":
+		s.blobWrite = blobWritePut
+	}
+	if how != "known" {
+		s.known = nil
+	}
+}

@@ -16,13 +16,15 @@ import (
 // keys (other prefixes) in the same kv.Store, through KV or a Txn's KV.
 // It is safe for concurrent use.
 type Store struct {
-	kv      kv.Store      // read only
-	alloc   *Allocator    // read only
-	tracker *sweepTracker // read only
-	blobs   blobs.Store   // opts.Blobs: content store, nil for the kv store's 'c' keys; read only
-	opts    Options       // read only, defaults filled in
-	xs      *crossSweep   // with opts.Leases: the handshake with other servers' sweeps (xsweep.go); read only
-	format3 atomic.Bool   // the store is of format 3 (extentsFormat)
+	kv        kv.Store      // read only
+	alloc     *Allocator    // read only
+	tracker   *sweepTracker // read only
+	blobs     blobs.Store   // opts.Blobs: content store, nil for the kv store's 'c' keys; read only
+	opts      Options       // read only, defaults filled in
+	xs        *crossSweep   // with opts.Leases: the handshake with other servers' sweeps (xsweep.go); read only
+	known     *knownBlobs   // blobs uploaded or found lately: with a blob store and no Leases, else nil; read only
+	blobWrite int           // how putBlob uploads (blobWriteCreate but in a benchmark)
+	format3   atomic.Bool   // the store is of format 3 (extentsFormat)
 	// refGen counts store-level changes of block references (rechunk,
 	// coalesce, fold, merge) and refBusy those in flight: the views' caches
 	// of frozen block references (readcache.go) are dropped when refGen
@@ -51,7 +53,11 @@ func Open(ctx context.Context, st kv.Store, opts Options) (*Store, error) {
 // newStore is Open without the format check.
 func newStore(st kv.Store, opts Options) *Store {
 	opts.EnsureDefaults()
-	return &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, blobs: opts.Blobs, opts: opts, xs: newCrossSweep(opts.Leases)}
+	s := &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, blobs: opts.Blobs, opts: opts, xs: newCrossSweep(opts.Leases)}
+	if opts.Blobs != nil && opts.Leases == nil {
+		s.known = newKnownBlobs()
+	}
+	return s
 }
 
 // KV returns the underlying kv.Store, for the caller's own keys: cowfs's

@@ -209,6 +209,7 @@ func (w *Sweep) Run(ctx context.Context) (int, error) {
 					if seen(h) {
 						continue
 					}
+					w.s.known.forget(blobs.Key(h)) // before: a failed delete may have deleted
 					if err := w.s.blobs.Delete(ctx, blobs.Key(h)); err != nil {
 						return fmt.Errorf("cowfs: sweep: deleting unreferenced content from the blob store: %w", err)
 					}

@@ -33,6 +33,7 @@ func RunSuite(t *testing.T, open Opener) {
 		{"CallerOwnsBuffers", testCallerOwnsBuffers},
 		{"Canceled", testCanceled},
 		{"Closed", testClosed},
+		{"Create", testCreate},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := open(t)
@@ -84,6 +85,37 @@ func testRoundTrip(t *testing.T, s blobs.Store) {
 		if err := s.Put(bg, k, data); err != nil {
 			t.Fatalf("Put again: %v", err)
 		}
+	}
+}
+
+// testCreate: a Creator stores a blob it lacks and reports it, reports a
+// blob it holds (stored by Put or by Create) without changing it, and
+// refuses content under another content's key.
+func testCreate(t *testing.T, s blobs.Store) {
+	cr, ok := s.(blobs.Creator)
+	if !ok {
+		t.Fatalf("%T is no blobs.Creator", s)
+	}
+	k, data := blob(7, 40<<10)
+	if stored, err := cr.Create(bg, k, data); !stored || err != nil {
+		t.Fatalf("Create of an absent blob: stored %v, %v", stored, err)
+	}
+	if got, err := s.Get(bg, k); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Get after Create: %d bytes, %v", len(got), err)
+	}
+	if stored, err := cr.Create(bg, k, data); stored || err != nil {
+		t.Fatalf("Create of a blob Create stored: stored %v, %v; want false, nil", stored, err)
+	}
+	k2, data2 := put(t, s, 8, 100)
+	if stored, err := cr.Create(bg, k2, data2); stored || err != nil {
+		t.Fatalf("Create of a blob Put stored: stored %v, %v; want false, nil", stored, err)
+	}
+	k3, _ := blob(9, 100)
+	if _, err := cr.Create(bg, k3, data2); !errors.Is(err, blobs.ErrCorrupt) {
+		t.Fatalf("Create under another content's key: %v, want ErrCorrupt", err)
+	}
+	if ks := keys(t, s); len(ks) != 2 {
+		t.Fatalf("the store lists %d blobs, want 2", len(ks))
 	}
 }
 
