@@ -17,7 +17,8 @@ import (
 // prunes block references no reader can see (cowfs.PruneShadowed: after
 // fast-path commits the parent's stack holds every committed version of a
 // rewritten file, the older ones hidden by the newer layers above them),
-// sweeps again, and has the store give the space back. The reclaimer runs
+// rechunks what is left in plain blocks (rechunk.go), sweeps again, and
+// has the store give the space back. The reclaimer runs
 // it by itself once its sweeps deleted Options.GCAfterSwept bytes of
 // blocks.
 
@@ -36,7 +37,7 @@ type gcState struct {
 
 // GCStats tells what GC did.
 type GCStats struct {
-	// Rechunk tells what rechunking before the sweep did: block
+	// Rechunk tells what rechunking after the prune did: block
 	// references swapped for chunk references, chunks stored, block bytes
 	// read (see Content-defined chunking in docs/design.md).
 	Rechunk cowfs.RechunkStats `json:"rechunk"`
@@ -63,7 +64,6 @@ func (m *Manager) GC(ctx context.Context) (GCStats, error) {
 
 func (m *Manager) gcLocked(ctx context.Context) (GCStats, error) {
 	var st GCStats
-	st.Rechunk = m.rechunkStep(ctx) // before the sweep, which then drops the replaced blocks
 	r, err := m.Reclaim(ctx)
 	st.Reclaim = r
 	if err != nil {
@@ -72,7 +72,12 @@ func (m *Manager) gcLocked(ctx context.Context) (GCStats, error) {
 	if st.Pruned, err = m.pruneShadowed(ctx); err != nil {
 		return st, fmt.Errorf("branches: gc: prune hidden blocks: %w", mapErr(err))
 	}
-	if st.Pruned > 0 {
+	// Rechunk after the prune, so that it does not chunk the hidden
+	// blocks the prune deletes (after fast-path commits of rewritten
+	// files, most of them), and before the sweep, which then drops the
+	// blocks it replaced.
+	st.Rechunk = m.rechunkStep(ctx)
+	if st.Pruned > 0 || st.Rechunk.Blocks > 0 {
 		r, err := m.Reclaim(ctx)
 		st.Reclaim.Layers += r.Layers
 		st.Reclaim.Keys += r.Keys

@@ -206,3 +206,50 @@ func TestGCReportsRechunk(t *testing.T) {
 		t.Fatalf("second GC rechunked %+v, want nothing", gs.Rechunk)
 	}
 }
+
+// TestGCRechunksAfterPrune: GC prunes the hidden versions of a file that
+// fast-path commits rewrote before it rechunks, so it chunks only the
+// blocks still visible, not those the prune deletes next. Before, it
+// rechunked every committed version (all 7 here), then pruned 6 of them.
+func TestGCRechunksAfterPrune(t *testing.T) {
+	const size, rounds, bs = 1 << 20, 6, 32 << 10
+	ctx := context.Background()
+	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { m.Close(); st.Close() }()
+	want := gcData(0, size)
+	gcWrite(t, m, "main", "big", want)
+	for i := 1; i <= rounds; i++ {
+		name := fmt.Sprintf("r%d", i)
+		if _, err := m.Fork(ctx, "main", name); err != nil {
+			t.Fatal(err)
+		}
+		want = gcData(uint64(i), size)
+		gcWrite(t, m, name, "big", want)
+		if _, err := m.Commit(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gs, err := m.GC(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("GC %+v", gs)
+	const blocks = size / bs // per version
+	if gs.Pruned < (rounds-1)*blocks {
+		t.Fatalf("pruned %d references, want at least the %d of the %d versions the commits hid", gs.Pruned, (rounds-1)*blocks, rounds-1)
+	}
+	// Every version's blocks are either pruned or rechunked, never both.
+	if gs.Rechunk.Blocks+gs.Pruned != (rounds+1)*blocks {
+		t.Fatalf("rechunked %d blocks and pruned %d references, want the %d blocks written split between them", gs.Rechunk.Blocks, gs.Pruned, (rounds+1)*blocks)
+	}
+	if got := gcRead(t, m, "main", "big"); !bytes.Equal(got, want) {
+		t.Fatal("main's file reads other bytes after GC")
+	}
+}

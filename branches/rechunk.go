@@ -8,11 +8,11 @@ import (
 )
 
 // Content-defined chunking in the background. NFS writes land as fixed
-// blocks, so random writes stay cheap; each GC first rechunks (cowfs.Rechunk)
-// up to rechunkBudget bytes of runs of plain blocks in live layers, oldest
-// layer first, so that data shifted by an insertion (a prepend, a line
-// added near the top of a file) is stored once while both versions are
-// reachable. The plain blocks it replaces become garbage that the same GC
+// blocks, so random writes stay cheap; each GC, after its prune, rechunks
+// (cowfs.Rechunk) up to rechunkBudget bytes of runs of plain blocks in
+// live layers, oldest layer first, so that data shifted by an insertion
+// (a prepend, a line added near the top of a file) is stored once while
+// both versions are reachable. The plain blocks it replaces become garbage that the same GC
 // sweeps. Layers already rechunked hold no such run and cost one key scan.
 
 // rechunkBudget bounds the block bytes one GC reads to rechunk.
