@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv/etcdtest"
 	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
@@ -290,4 +292,28 @@ func TestMergeSkipsTruncateLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFile(t, fm, ino, append(append([]byte(nil), data[:cut]...), make([]byte, size-int(cut))...))
+}
+
+// TestTruncateOnEtcd truncates a 16 MiB file of the top layer's own
+// blocks (512 references) to 1 MiB + 1 on a real 3-member etcd cluster
+// of default limits, then grows it: the truncate succeeds, the bytes
+// before the cut read back, zeros after it.
+func TestTruncateOnEtcd(t *testing.T) {
+	const bs, size = 32 << 10, 16 << 20
+	cluster := etcdtest.StartCluster(t, etcdtest.Options{})
+	st := cluster.NewStore(t, etcdkv.Options{})
+	_, f := newTestTree(t, st, Options{BlockSize: bs})
+	ino, data := ownFile(t, f, "f", size)
+	cut := uint64(1<<20 + 1)
+	if _, err := f.SetAttr(ino, SetAttr{Size: &cut}); err != nil {
+		t.Fatalf("truncate of 16 MiB to %d on etcd: %v", cut, err)
+	}
+	if n := countKeys(t, st, dataPrefix(f.Stack()[0], ino)); n != 33 {
+		t.Errorf("%d block references after the truncate, want 33", n)
+	}
+	full := uint64(size)
+	if _, err := f.SetAttr(ino, SetAttr{Size: &full}); err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, f, ino, append(append([]byte(nil), data[:cut]...), make([]byte, size-int(cut))...))
 }
