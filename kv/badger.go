@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -115,6 +116,13 @@ type badgerStore struct {
 	wg     sync.WaitGroup
 
 	syncer *groupSync // Sync's group commit
+	// writes counts the read-write transactions that wrote (committed or
+	// not) since the store was opened, plus one so that the first Sync
+	// always syncs (what an earlier process wrote may not be on disk);
+	// synced is the highest count read before a Sync that then
+	// succeeded. A Sync that finds them equal has nothing to make
+	// durable.
+	writes, synced atomic.Uint64
 	rsd    *residency // trims the value log's mappings; nil: off
 	logs   *logFiles  // nil in memory
 	res    reserve    // free-space reserve; size 0 in memory
@@ -254,6 +262,7 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 	ctx, cancel := context.WithCancel(context.Background())
 	s.db, s.cancel = db, cancel
 	s.syncer = newGroupSync(s.syncAll)
+	s.writes.Store(1)
 	if !opts.InMemory && s.roErr == nil {
 		s.logs = newLogFiles(dir)
 	}
@@ -350,6 +359,9 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 			admitted = tx.bytes
 			return nil
 		})
+		if tx != nil && tx.writes > 0 {
+			s.writes.Add(1)
+		}
 		if admitted > 0 {
 			s.res.release(admitted)
 		}
@@ -422,12 +434,29 @@ func (s *badgerStore) trimAfterWrite(key []byte) {
 // Sync makes every transaction committed before the call durable. Callers
 // that arrive while an fsync runs wait for the next one, which serves them
 // all (group commit), so N concurrent COMMITs cost about two fsyncs. See
-// groupSync for the error rules and logFiles for what is synced.
+// groupSync for the error rules and logFiles for what is synced. A Sync
+// when no transaction wrote since the last one that succeeded fsyncs
+// nothing (it still fails if an fsync ever failed): a COMMIT of a file
+// already made durable costs no fsync.
 func (s *badgerStore) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.use(func() error { return mapErr(s.syncer.sync()) })
+	return s.use(func() error {
+		w := s.writes.Load() // every write counted here committed before the fsync below starts
+		if s.synced.Load() >= w {
+			return mapErr(s.syncer.err())
+		}
+		if err := s.syncer.sync(); err != nil {
+			return mapErr(err)
+		}
+		for {
+			cur := s.synced.Load()
+			if cur >= w || s.synced.CompareAndSwap(cur, w) {
+				return nil
+			}
+		}
+	})
 }
 
 // syncAll is one fsync of everything a committed transaction may sit in.

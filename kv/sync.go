@@ -30,6 +30,13 @@ type groupSync struct {
 	failed  error  // first fsync failure, sticky
 }
 
+// err returns the sticky failure of an earlier fsync, if any.
+func (g *groupSync) err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.failed
+}
+
 func newGroupSync(fn func() error) *groupSync {
 	g := &groupSync{fn: fn}
 	g.cond = sync.NewCond(&g.mu)

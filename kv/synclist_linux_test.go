@@ -2,9 +2,11 @@ package kv_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/kv"
@@ -72,4 +74,83 @@ func TestSyncListsOnlyAfterNameChanges(t *testing.T) {
 	if got := kv.LogListings(s) - n; got != 2 {
 		t.Errorf("Sync after a log was removed: %d listings in all, want 2", got)
 	}
+}
+
+// TestSyncWithNothingWritten checks that a Sync when no transaction wrote
+// since the last successful one fsyncs nothing, that the first Sync after
+// opening always fsyncs (an earlier process's writes may not be on disk),
+// that a write or a failed transaction makes the next Sync fsync again,
+// and that a failed fsync still fails a Sync with nothing to write.
+func TestSyncWithNothingWritten(t *testing.T) {
+	ctx := context.Background()
+	s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1, Reserve: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var fsyncs atomic.Int64
+	var fail atomic.Bool
+	kv.SetLogFsync(s, func(string) error {
+		fsyncs.Add(1)
+		if fail.Load() {
+			return errors.New("injected")
+		}
+		return nil
+	})
+	sync := func(what string, wantFsync bool) {
+		t.Helper()
+		n := fsyncs.Load()
+		if err := s.Sync(ctx); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := fsyncs.Load() > n; got != wantFsync {
+			t.Errorf("%s: fsynced %v, want %v", what, got, wantFsync)
+		}
+	}
+	sync("first Sync after opening", true)
+	sync("Sync with nothing written", false)
+	if err := s.View(ctx, func(tx kv.Txn) error { _, err := tx.Get([]byte("k")); return ignoreNotFound(err) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Update(ctx, func(tx kv.Txn) error { _, err := tx.Get([]byte("k")); return ignoreNotFound(err) }); err != nil {
+		t.Fatal(err)
+	}
+	sync("Sync after transactions that only read", false)
+	if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte("k"), []byte("v")) }); err != nil {
+		t.Fatal(err)
+	}
+	sync("Sync after a write", true)
+	sync("Sync again", false)
+	boom := errors.New("boom")
+	if err := s.Update(ctx, func(tx kv.Txn) error {
+		if err := tx.Set([]byte("k2"), []byte("v")); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("Update: %v, want boom", err)
+	}
+	sync("Sync after a transaction that wrote and failed", true)
+	if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte("k"), []byte("w")) }); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	if err := s.Sync(ctx); !errors.Is(err, kv.ErrSyncFailed) {
+		t.Fatalf("Sync with a failing fsync: %v, want ErrSyncFailed", err)
+	}
+	fail.Store(false)
+	n := fsyncs.Load()
+	if err := s.Sync(ctx); !errors.Is(err, kv.ErrSyncFailed) {
+		t.Fatalf("Sync with nothing written after a failed fsync: %v, want ErrSyncFailed", err)
+	}
+	if fsyncs.Load() != n {
+		t.Errorf("Sync after a failed fsync fsynced again")
+	}
+}
+
+func ignoreNotFound(err error) error {
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil
+	}
+	return err
 }
