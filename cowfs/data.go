@@ -667,7 +667,9 @@ func (f *View) purgingStale(ino InodeID, op func(stale *bool) error) error {
 // top layer past its new size (inode.Stale), in as many transactions as
 // the store's limits need, and clears the mark with the last. Reads never
 // look past the size, so nothing reads them meanwhile; the caller holds
-// ino's dataMu stripe, so nothing writes there either.
+// ino's dataMu stripe, so nothing writes there either. No extent straddles
+// StaleFrom: the truncate cut the one that did and deleted the first key
+// past it, and a rechunk joins only consecutive blocks.
 func (f *View) purgeStale(ino InodeID) error {
 	for {
 		done := false
