@@ -26,7 +26,8 @@ func fakeS3(t *testing.T, next func(r *http.Request) int) (endpoint string, requ
 			w.Header().Set("ETag", `"0"`)
 			return
 		}
-		codes := map[int]string{503: "SlowDown", 500: "InternalError", 403: "AccessDenied", 400: "InvalidArgument"}
+		codes := map[int]string{503: "SlowDown", 500: "InternalError", 403: "AccessDenied", 400: "InvalidArgument",
+			412: "PreconditionFailed", 501: "NotImplemented"}
 		w.Header().Set("Content-Type", "application/xml")
 		w.WriteHeader(code)
 		w.Write([]byte(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>` + codes[code] + `</Code><Message>test</Message></Error>`))
@@ -91,5 +92,58 @@ func TestS3RetriesServerErrors(t *testing.T) {
 	}
 	if n := requests.Load(); n < 3 {
 		t.Fatalf("%d requests in %v: the backoff did not retry", n, time.Since(start))
+	}
+}
+
+// TestS3CreateConditional: Create sends one conditional PUT (If-None-Match:
+// *); a 412 answer means the bucket holds the blob (stored false); a
+// service that answers Not Implemented gets a plain PUT, and from then
+// on only plain PUTs.
+func TestS3CreateConditional(t *testing.T) {
+	var conditional, supported atomic.Bool
+	supported.Store(true)
+	var exists atomic.Bool
+	endpoint, requests := fakeS3(t, func(r *http.Request) int {
+		if r.Method != http.MethodPut {
+			return http.StatusBadRequest
+		}
+		if r.Header.Get("If-None-Match") == "*" {
+			conditional.Store(true)
+			if !supported.Load() {
+				return http.StatusNotImplemented
+			}
+			if exists.Load() {
+				return http.StatusPreconditionFailed
+			}
+		}
+		return http.StatusOK
+	})
+	s, err := blobs.OpenS3(bg, blobs.S3Options{Endpoint: endpoint, Bucket: "bkt", Insecure: true, Region: "us-east-1",
+		AccessKey: "k", SecretKey: "s", RetryFor: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k, data := blob(1, 100)
+	for _, c := range []struct {
+		exists, supported bool
+		stored            bool
+		requests          int64
+		conditional       bool
+	}{
+		{false, true, true, 1, true},
+		{true, true, false, 1, true},
+		{true, false, true, 2, true}, // Not Implemented, then a plain PUT
+		{true, true, true, 1, false}, // plain PUTs from then on
+	} {
+		exists.Store(c.exists)
+		supported.Store(c.supported)
+		conditional.Store(false)
+		requests.Store(0)
+		stored, err := s.Create(bg, k, data)
+		if err != nil || stored != c.stored || requests.Load() != c.requests || conditional.Load() != c.conditional {
+			t.Fatalf("Create (exists %v, conditional PUTs supported %v): stored %v, %v, %d requests, conditional %v; want stored %v, %d requests, conditional %v",
+				c.exists, c.supported, stored, err, requests.Load(), conditional.Load(), c.stored, c.requests, c.conditional)
+		}
 	}
 }
