@@ -11,7 +11,8 @@ import (
 type Store interface {
 	// View runs fn in a read-only snapshot transaction. The snapshot is
 	// consistent: it sees every transaction committed before View started and
-	// none committed after.
+	// none committed after fn's first read (a store may fix the snapshot at
+	// that read, so a commit in between may or may not be seen).
 	View(ctx context.Context, fn func(Txn) error) error
 	// Update runs fn in a read-write transaction with optimistic concurrency
 	// control. If the transaction conflicts with another committed after it

@@ -2,12 +2,14 @@
 // go.etcd.io/etcd/client/v3 client. It is the only package besides its test
 // harness, etcdtest, that imports etcd.
 //
-// Snapshots: a View and a Snapshot start with a linearizable read of the
-// cluster's current revision, and read every key at that revision (etcd's
-// MVCC keeps the history until it is compacted). So they see every commit
-// acknowledged before they started and none after. An attempt of an Update
-// takes its revision from its first read instead, which saves a round trip:
-// its commit checks that nothing it read has changed since.
+// Snapshots: a Snapshot starts with a linearizable read of the cluster's
+// current revision, and reads every key at that revision (etcd's MVCC keeps
+// the history until it is compacted). A View and an attempt of an Update
+// take their revision from their first read instead, a linearizable Range
+// at the current revision whose answer tells the revision it read at,
+// which saves a round trip. So a View sees every commit acknowledged before
+// it started and none after its first read; an Update's commit checks that
+// nothing it read has changed since.
 //
 // Transactions are optimistic. An Update buffers its writes (reads see
 // them) and records what it read: the mod revision of every key read by

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,28 +97,6 @@ type store struct {
 	kv     clientv3.KV      // cli.KV under opts.Prefix; read only
 	opts   Options          // read only
 	closed atomic.Bool
-	revs   revReads
-}
-
-// revReads shares the revision reads of concurrent Views and Snapshots
-// (read-index batching): many READs in flight cost one Range for their
-// revisions instead of one each. A caller that begins while a read is in
-// flight waits for the next read, issued once that one answers, never for
-// the one in flight: that one may have been served before a commit
-// acknowledged just before the caller began, one issued after the caller
-// began cannot miss it. So every View still sees every transaction
-// committed before it started.
-type revReads struct {
-	mu      sync.Mutex // protects the following; nothing is taken under it
-	running *revRead   // the read in flight; nil if none
-	next    *revRead   // the read to issue when running answers; nil if nobody waits for one
-}
-
-// revRead is one shared revision read.
-type revRead struct {
-	done chan struct{} // closed once rev and err are set
-	rev  int64
-	err  error
 }
 
 var (
@@ -166,43 +143,6 @@ func (s *store) revision(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// sharedRevision is revision shared among concurrent callers (revReads):
-// the revision of a read issued after the call began.
-func (s *store) sharedRevision(ctx context.Context) (int64, error) {
-	s.revs.mu.Lock()
-	r := s.revs.next
-	switch {
-	case s.revs.running == nil:
-		r = &revRead{done: make(chan struct{})}
-		s.revs.running = r
-		go s.readRevisions(r)
-	case r == nil:
-		r = &revRead{done: make(chan struct{})}
-		s.revs.next = r
-	}
-	s.revs.mu.Unlock()
-	select {
-	case <-r.done:
-		return r.rev, r.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
-
-// readRevisions answers r, then the reads callers asked for meanwhile, one
-// after the other, until none is asked for. A read belongs to all its
-// callers, so no caller's context bounds it: Options.RequestTimeout does.
-func (s *store) readRevisions(r *revRead) {
-	for r != nil {
-		r.rev, r.err = s.revision(context.Background())
-		close(r.done)
-		s.revs.mu.Lock()
-		r = s.revs.next
-		s.revs.running, s.revs.next = r, nil
-		s.revs.mu.Unlock()
-	}
-}
-
 func (s *store) View(ctx context.Context, fn func(kv.Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -210,11 +150,8 @@ func (s *store) View(ctx context.Context, fn func(kv.Txn) error) error {
 	if s.closed.Load() {
 		return kv.ErrClosed
 	}
-	rev, err := s.sharedRevision(ctx)
-	if err != nil {
-		return err
-	}
-	return fn(&txn{s: s, ctx: ctx, rev: rev})
+	// The revision comes with the first read (see txn.rev).
+	return fn(&txn{s: s, ctx: ctx})
 }
 
 func (s *store) Update(ctx context.Context, fn func(kv.Txn) error) error {
@@ -274,8 +211,10 @@ func (s *store) NewSnapshot() kv.Snapshot {
 	if s.closed.Load() {
 		return &txn{s: s, ctx: context.Background(), err: kv.ErrClosed}
 	}
+	// A Snapshot is at the point it was opened (callers such as a block
+	// sweep rely on that), so it reads its revision now.
 	ctx := context.Background()
-	rev, err := s.sharedRevision(ctx)
+	rev, err := s.revision(ctx)
 	return &txn{s: s, ctx: ctx, rev: rev, err: err}
 }
 
@@ -532,11 +471,14 @@ type keyRange struct{ start, end []byte }
 type txn struct {
 	s   *store
 	ctx context.Context
-	// rev is the snapshot revision. A View or Snapshot takes it when it
-	// starts; an Update from its first read (0 until then, which etcd
-	// reads as "now"): it needs no earlier point, because its commit
-	// fails if anything it read changed since, so a write-only Update
-	// costs one round trip.
+	// rev is the snapshot revision. A Snapshot takes it when it opens; a
+	// View or Update from its first read (0 until then, which etcd reads
+	// as "now"), a linearizable Range whose answer's header gives the
+	// revision it read at: every later read is at that revision, so the
+	// transaction is a consistent snapshot that sees every commit
+	// acknowledged before it began, at one Range less than reading the
+	// revision first. A View that reads nothing sends nothing; an Update
+	// commits with compares, so a write-only Update costs one round trip.
 	rev int64
 	err error // set when the snapshot could not be opened: every read fails
 	rw  bool

@@ -448,7 +448,11 @@ func testViewIsSnapshot(t *testing.T, s kv.Store) {
 	calls := 0
 	err := s.View(bg, func(tx kv.Txn) error {
 		calls++
-		// Commit changes after the View started, then read.
+		// Read (a store may fix the snapshot at the first read), commit
+		// changes after it, then read again.
+		if v, err := tx.Get(b("a")); err != nil || string(v) != "1" {
+			t.Errorf("View's first read: a = %q, %v", v, err)
+		}
 		set(t, s, "a", "2", "p/2", "")
 		set(t, s, "b", "new")
 		err := s.Update(bg, func(tx kv.Txn) error { return tx.Delete(b("p/1")) })

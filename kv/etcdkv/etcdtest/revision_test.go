@@ -53,39 +53,105 @@ func rangesServed(t *testing.T, c *etcdtest.Cluster) int64 {
 	return n
 }
 
-// TestViewsShareRevisionReads checks that Views that begin together share
-// the read of their revision: n concurrent Views cost fewer than n Range
-// calls.
-func TestViewsShareRevisionReads(t *testing.T) {
+// TestViewRangeCalls checks that a View fixes its revision with its first
+// read instead of a read of its own: a Get then an Iterate cost 2 Range
+// calls, and a View that reads nothing costs none.
+func TestViewRangeCalls(t *testing.T) {
 	c := etcdtest.StartCluster(t, etcdtest.Options{})
 	s := c.NewStore(t, etcdkv.Options{})
-	if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte("k"), []byte("v")) }); err != nil {
+	err := s.Update(ctx, func(tx kv.Txn) error {
+		for _, k := range []string{"k", "p/1", "p/2"} {
+			if err := tx.Set([]byte(k), []byte("v")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 64
 	before := rangesServed(t, c)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			<-start
-			if err := s.View(ctx, func(kv.Txn) error { return nil }); err != nil {
-				t.Error(err)
-			}
-		})
+	if err := s.View(ctx, func(kv.Txn) error { return nil }); err != nil {
+		t.Fatal(err)
 	}
-	close(start)
-	wg.Wait()
-	if got := rangesServed(t, c) - before; got >= n {
-		t.Fatalf("%d concurrent Views: %d Range calls, want fewer (shared revision reads)", n, got)
-	} else {
-		t.Logf("%d concurrent Views: %d Range calls", n, got)
+	if got := rangesServed(t, c) - before; got != 0 {
+		t.Errorf("a View that reads nothing: %d Range calls, want 0", got)
+	}
+	before = rangesServed(t, c)
+	n := 0
+	err = s.View(ctx, func(tx kv.Txn) error {
+		if _, err := tx.Get([]byte("k")); err != nil {
+			return err
+		}
+		return tx.Iterate([]byte("p/"), nil, false, func(k, v []byte) (bool, error) {
+			n++
+			return true, nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 {
+		t.Fatalf("Iterate passed %d keys, want 2", n)
+	}
+	if got := rangesServed(t, c) - before; got != 2 {
+		t.Fatalf("a View doing a Get and an Iterate: %d Range calls, want 2", got)
+	}
+}
+
+// TestViewPinsFirstRead: a View's later reads see the snapshot of its
+// first read, even when another client commits in between.
+func TestViewPinsFirstRead(t *testing.T) {
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	a := c.NewStore(t, etcdkv.Options{Prefix: "/etcdtest/pin/"})
+	b := c.NewStore(t, etcdkv.Options{Prefix: "/etcdtest/pin/"})
+	set := func(s kv.Store, k, v string) {
+		t.Helper()
+		if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(k), []byte(v)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(a, "k1", "1")
+	set(a, "k2", "old")
+	err := a.View(ctx, func(tx kv.Txn) error {
+		if v, err := tx.Get([]byte("k1")); err != nil || string(v) != "1" {
+			return fmt.Errorf("first read: k1 = %q, %v", v, err)
+		}
+		set(b, "k2", "new")
+		if v, err := tx.Get([]byte("k2")); err != nil || string(v) != "old" {
+			return fmt.Errorf("k2 = %q, %v after another client's commit, want the first read's snapshot (old)", v, err)
+		}
+		var got []string
+		err := tx.Iterate([]byte("k"), nil, false, func(k, v []byte) (bool, error) {
+			got = append(got, string(k)+"="+string(v))
+			return true, nil
+		})
+		if err != nil {
+			return err
+		}
+		if want := "[k1=1 k2=old]"; fmt.Sprint(got) != want {
+			return fmt.Errorf("Iterate saw %v, want %s", got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A View begun after the commit sees it.
+	err = a.View(ctx, func(tx kv.Txn) error {
+		if v, err := tx.Get([]byte("k2")); err != nil || string(v) != "new" {
+			return fmt.Errorf("later View: k2 = %q, %v, want new", v, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
 // TestViewSeesAcknowledgedWrites: a commit acknowledged before a View
-// begins is visible to it, while many Views share revision reads and
-// writers commit, on the writer's client and on another (a second server).
+// begins is visible to it (its first read fixes its revision), while
+// many Views run and writers commit, on the writer's client and on another (a second server).
 func TestViewSeesAcknowledgedWrites(t *testing.T) {
 	c := etcdtest.StartCluster(t, etcdtest.Options{})
 	a := c.NewStore(t, etcdkv.Options{Prefix: "/etcdtest/acked/"})
