@@ -34,7 +34,8 @@ import (
 // against 0.21 MiB with twice the sizes (fewer slices per reference, but a
 // bigger differing chunk) and 0.23 MiB with four times; smaller chunks also
 // make a small READ fetch less. A block then uses at most five slices
-// (a reference of at most 202 bytes; 75 on average).
+// (a reference of at most 202 bytes; 75 on average); one in a file's
+// first 64 KiB, cut into head chunks (below), about 12 and at most 33.
 const (
 	chunkMin     = 8 << 10
 	chunkMax     = 128 << 10
