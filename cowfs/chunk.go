@@ -87,6 +87,17 @@ const (
 	headAvgBits = 11
 )
 
+// headFileMin: a file shorter than this is cut with the normal bounds
+// alone. Head chunks cost keys (a file of 64 KiB or more holds about 20
+// more chunks; with blocks in S3, each is an object and a GET on a cold
+// read), which a 1 MiB file's 25 normal chunks can carry and a 40 KiB
+// file's one or two cannot; and an insert into a small file stores
+// anew at most the file's size. The chunker knows the size it reads: a
+// rechunk run that starts in a file's head but ends before headFileMin
+// (a run of a few new blocks) is cut as a small file's. A variable only
+// so that BenchmarkHeadChunkSizes can measure small files.
+var headFileMin int64 = 1 << 20
+
 // headSizes are the head chunker's bounds, a variable only so that
 // BenchmarkHeadChunkSizes can compare others (bytes 0: no head chunking).
 var headSizes = struct{ bytes, min, max, avgBits int }{headBytes, headMin, headMax, headAvgBits}
@@ -98,6 +109,7 @@ var headSizes = struct{ bytes, min, max, avgBits int }{headBytes, headMin, headM
 // the same file offset cut the same chunks.
 type fileChunker struct {
 	rd      io.Reader
+	base    int64 // the file offset of the stream's first byte
 	ch      *chunker.Chunker
 	headEnd int64 // stream offset from which chunks are normal ones
 	small   bool  // cutting head chunks
@@ -108,7 +120,7 @@ type fileChunker struct {
 // newChunker returns the chunker that cuts rd, the bytes of a file from
 // its offset base on, into content-defined chunks.
 func newChunker(rd io.Reader, base int64) *fileChunker {
-	c := &fileChunker{rd: rd}
+	c := &fileChunker{rd: rd, base: base}
 	if h := int64(headSizes.bytes); base < h {
 		c.headEnd, c.small = h-base, true
 		return c
@@ -126,7 +138,8 @@ func (c *fileChunker) Next(buf []byte) (chunker.Chunk, error) {
 		// Every head chunk starts before headEnd and ends within
 		// headSizes.max bytes, so it lies in the first headEnd+max
 		// bytes: read them, cut them, go on with the rest after them.
-		c.head = make([]byte, c.headEnd+int64(headSizes.max))
+		// Read up to headFileMin too, to know a small file.
+		c.head = make([]byte, max(c.headEnd+int64(headSizes.max), headFileMin-c.base))
 		n, err := io.ReadFull(c.rd, c.head)
 		switch err {
 		case nil:
@@ -135,8 +148,16 @@ func (c *fileChunker) Next(buf []byte) (chunker.Chunk, error) {
 		default:
 			return chunker.Chunk{}, err
 		}
-		c.ch = chunker.NewWithBoundaries(bytes.NewReader(c.head), chunkPol, uint(headSizes.min), uint(headSizes.max))
-		c.ch.SetAverageBits(headSizes.avgBits)
+		if c.base+int64(n) < headFileMin {
+			// A small file (the stream ended): normal chunks only.
+			c.small = false
+			c.ch = chunker.NewWithBoundaries(bytes.NewReader(c.head), chunkPol, uint(chunkSizes.min), uint(chunkSizes.max))
+			c.ch.SetAverageBits(chunkSizes.avgBits)
+			c.head = nil
+		} else {
+			c.ch = chunker.NewWithBoundaries(bytes.NewReader(c.head), chunkPol, uint(headSizes.min), uint(headSizes.max))
+			c.ch.SetAverageBits(headSizes.avgBits)
+		}
 	}
 	k, err := c.ch.Next(buf)
 	if err != nil {

@@ -149,6 +149,8 @@ func cutChunks(t testing.TB, data []byte) map[[32]byte]int {
 // chunks per file. It is how the head sizes were picked (headSizes).
 func BenchmarkHeadChunkSizes(b *testing.B) {
 	defer func(old struct{ bytes, min, max, avgBits int }) { headSizes = old }(headSizes)
+	defer func(old int64) { headFileMin = old }(headFileMin)
+	headFileMin = 0 // the 160 KiB files too
 	for _, p := range []struct{ bytes, min, max, avgBits int }{
 		{0, 0, 0, 0}, {64 << 10, 1 << 10, 16 << 10, 11}, {64 << 10, 2 << 10, 16 << 10, 12},
 		{64 << 10, 1 << 10, 8 << 10, 11}, {32 << 10, 1 << 10, 16 << 10, 11}, {128 << 10, 1 << 10, 16 << 10, 11},
@@ -198,5 +200,44 @@ func BenchmarkHeadChunkSizes(b *testing.B) {
 				b.ReportMetric(float64(chunks)/files, "chunks/160KiB")
 			}
 		})
+	}
+}
+
+// A file shorter than headFileMin is cut with the normal bounds alone: a
+// 200 KiB file holds a few chunks, not some twenty head chunks; a file
+// of headFileMin holds the head chunks.
+func TestHeadChunksOnlyInLargeFiles(t *testing.T) {
+	for _, tc := range []struct {
+		size int
+		head bool
+	}{{40 << 10, false}, {200 << 10, false}, {int(headFileMin) - 1, false}, {int(headFileMin), true}, {4 << 20, true}} {
+		data := randBytes(rand.New(rand.NewPCG(uint64(tc.size), 3)), tc.size)
+		ch := newChunker(bytes.NewReader(data), 0)
+		buf := make([]byte, chunkBufSize())
+		small, total := 0, 0
+		var end uint
+		for {
+			k, err := ch.Next(buf)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k.Start != end {
+				t.Fatalf("size %d: chunk at %d, want %d", tc.size, k.Start, end)
+			}
+			end = k.Start + k.Length
+			total++
+			if k.Start < uint(headSizes.bytes) && k.Length < uint(chunkSizes.min) {
+				small++
+			}
+		}
+		if end != uint(tc.size) {
+			t.Fatalf("size %d: chunks end at %d", tc.size, end)
+		}
+		if got := small > 3; got != tc.head {
+			t.Errorf("size %d: %d of %d chunks are head chunks under %d bytes; want head chunks: %v", tc.size, small, total, chunkSizes.min, tc.head)
+		}
 	}
 }
