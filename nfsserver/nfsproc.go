@@ -66,7 +66,7 @@ func (r *request) fail(e *encoder, n *node, err error, words int) error {
 		if !known {
 			lvl = slog.LevelWarn
 		}
-		attrs := []any{"op", r.op, "status", uint32(st), "err", err, "remote", r.remote}
+		attrs := []any{"op", r.op(), "status", uint32(st), "err", err, "remote", r.remote}
 		if n != nil {
 			attrs = append(attrs, "branch", n.info.Name, "ino", uint64(n.attr.Ino))
 		}

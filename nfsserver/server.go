@@ -605,7 +605,8 @@ func (c *conn) send(b []byte) {
 
 // request is one decoded RPC call.
 type request struct {
-	op     string // procedure name, for logs
+	prog   string // program name ("nfs", "mount"), for logs
+	name   string // procedure name, for logs
 	s      *Server
 	remote string
 	conn   *conn // nil in tests that call dispatch directly
@@ -613,7 +614,14 @@ type request struct {
 	proc   uint32
 	cred   cred
 	ctx    context.Context
+	// The call's decoder and the reply's encoder, allocated with the
+	// request: one allocation per call for the three.
+	dec decoder
+	enc encoder
 }
+
+// op is the procedure's name for logs, such as "nfs.LOOKUP".
+func (r *request) op() string { return r.prog + "." + r.name }
 
 type procFunc func(r *request, d *decoder, e *encoder) error
 
@@ -633,7 +641,9 @@ func (c *conn) handle(rec []byte, oversize bool) {
 // record (its first 4 bytes reserved for the record mark), or nil when the
 // record is not a call and gets no reply.
 func (s *Server) dispatch(rec []byte, oversize bool, remote string, c *conn) []byte {
-	d := decoder{b: rec}
+	r := &request{s: s, remote: remote, conn: c, ctx: context.Background()}
+	d := &r.dec
+	d.b = rec
 	xid := d.u32()
 	mtype := d.u32()
 	if d.err != nil || mtype != msgCall {
@@ -641,7 +651,8 @@ func (s *Server) dispatch(rec []byte, oversize bool, remote string, c *conn) []b
 		return nil
 	}
 	s.metrics.requests.Add(1)
-	e := encoder{b: getBuf()}
+	e := &r.enc
+	e.b = getBuf()
 	e.u32(0) // record mark, filled in by send
 	e.u32(xid)
 	e.u32(msgReply)
@@ -711,8 +722,8 @@ func (s *Server) dispatch(rec []byte, oversize bool, remote string, c *conn) []b
 	pi := table[proc]
 	s.metrics.countProc(prog, proc)
 	e.u32(acceptSuccess)
-	r := &request{op: progName + "." + pi.name, s: s, remote: remote, conn: c, xid: xid, proc: proc, cred: cr, ctx: context.Background()}
-	s.invoke(r, pi, prog, &d, &e, statPos)
+	r.prog, r.name, r.xid, r.proc, r.cred = progName, pi.name, xid, proc, cr
+	s.invoke(r, pi, prog, d, e, statPos)
 	if prog == progNFS && len(e.b) >= statPos+8 && binary.BigEndian.Uint32(e.b[statPos:]) == acceptSuccess &&
 		binary.BigEndian.Uint32(e.b[statPos+4:]) != 0 {
 		s.metrics.nfsErrors.Add(1)
@@ -726,7 +737,7 @@ func (s *Server) invoke(r *request, pi procInfo, prog uint32, d *decoder, e *enc
 	defer func() {
 		if p := recover(); p != nil {
 			s.metrics.panics.Add(1)
-			s.log.Error("nfs: panic in procedure (recovered)", "op", r.op, "remote", r.remote,
+			s.log.Error("nfs: panic in procedure (recovered)", "op", r.op(), "remote", r.remote,
 				"xid", r.xid, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			e.b = e.b[:statPos]
 			e.u32(acceptSystemErr)
@@ -737,7 +748,7 @@ func (s *Server) invoke(r *request, pi procInfo, prog uint32, d *decoder, e *enc
 	}
 	if err := pi.fn(r, d, e); err != nil {
 		s.metrics.garbage.Add(1)
-		s.log.Debug("nfs: garbage arguments", "op", r.op, "remote", r.remote, "xid", r.xid)
+		s.log.Debug("nfs: garbage arguments", "op", r.op(), "remote", r.remote, "xid", r.xid)
 		e.b = e.b[:statPos]
 		e.u32(acceptGarbageArgs)
 	}
