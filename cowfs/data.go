@@ -381,12 +381,8 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 		if err != nil {
 			return err
 		}
-		switch nd.Type {
-		case TypeRegular:
-		case TypeDir:
-			return syscall.EISDIR
-		default:
-			return syscall.EINVAL
+		if err := dataOnly(nd.Type); err != nil {
+			return err
 		}
 		if off >= end {
 			return nil
@@ -620,12 +616,8 @@ func (f *View) updateFile(ino InodeID, fn func(tx kv.Txn, st state, refs *refLog
 			if err != nil {
 				return err
 			}
-			switch n.Type {
-			case TypeRegular:
-			case TypeDir:
-				return syscall.EISDIR
-			default:
-				return syscall.EINVAL
+			if err := dataOnly(n.Type); err != nil {
+				return err
 			}
 			if *stale = n.Stale; n.Stale {
 				return errStale
@@ -915,12 +907,8 @@ func (f *View) setAttrTx(tx kv.Txn, st state, n *inode, sa SetAttr, refs *refLog
 		n.Mtime = sa.Mtime.UnixNano()
 	}
 	if sa.Size != nil {
-		switch n.Type {
-		case TypeRegular:
-		case TypeDir:
-			return syscall.EISDIR
-		default:
-			return syscall.EINVAL
+		if err := dataOnly(n.Type); err != nil {
+			return err
 		}
 		if err := f.truncate(tx, st, n, *sa.Size, refs); err != nil {
 			return err
@@ -993,4 +981,16 @@ func (f *View) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog
 		n.Cut = size
 	}
 	return nil
+}
+
+// dataOnly is the error of a data operation (read, write, truncate) on
+// an inode of type t: nil for a regular file.
+func dataOnly(t FileType) error {
+	switch t {
+	case TypeRegular:
+		return nil
+	case TypeDir:
+		return syscall.EISDIR
+	}
+	return syscall.EINVAL
 }
