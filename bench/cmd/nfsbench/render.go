@@ -380,10 +380,14 @@ func renderMarkdown(r *Results) string {
 	return b.String()
 }
 
+// shorten puts an error on one line and, when it is long, keeps its
+// start (what failed) and its end (where a server's log tail ends with
+// the cause), dropping the middle.
 func shorten(s string) string {
+	const head, tail = 200, 600
 	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > 300 {
-		s = s[:300] + "…"
+	if len(s) > head+tail+10 {
+		s = strings.ToValidUTF8(s[:head]+" … "+s[len(s)-tail:], "")
 	}
 	return s
 }

@@ -25,3 +25,16 @@ func TestStartBranchnfsExitsDuringStartup(t *testing.T) {
 		t.Fatal("startBranchnfs did not return after the server exited")
 	}
 }
+
+// A long error keeps its start and its end: a server log's last line,
+// which names the cause, survives.
+func TestShortenKeepsTheEnd(t *testing.T) {
+	long := "remove: f004314: nfs REMOVE: status 5; the server's log ends:\n" + strings.Repeat("time=x level=INFO msg=\"mount: granted\"\n", 40) + "level=WARN msg=\"cowfs: unexpected error\" err=\"transaction outcome unknown\""
+	got := shorten(long)
+	if !strings.HasPrefix(got, "remove: f004314") || !strings.HasSuffix(got, "transaction outcome unknown\"") {
+		t.Fatalf("shorten lost the start or the end: %q", got)
+	}
+	if len(got) >= len(long) || strings.Contains(got, "\n") {
+		t.Fatalf("shorten kept %d of %d bytes, or a newline", len(got), len(long))
+	}
+}
