@@ -362,6 +362,16 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 	var eof bool
 	rg := f.readGen() // before the READ's snapshot
 	read := func(tx kv.Txn, st state) error {
+		if p, ok := tx.(kv.Prefetcher); ok {
+			// The top layer's record and its references from the first
+			// block on, which the READ reads first, in one request.
+			top := st.stack[0]
+			pfx := dataPrefix(top, ino)
+			rng := kv.IterRange{Prefix: pfx, Start: u64(append([]byte(nil), pfx...), off/f.bs)}
+			if err := p.Prefetch([][]byte{inodeKey(top, ino)}, []kv.IterRange{rng}); err != nil {
+				return err
+			}
+		}
 		nd, l, err := f.getInode(tx, st, ino) // f.known, keeping the layer
 		if errors.Is(err, syscall.ENOENT) {
 			return syscall.ESTALE

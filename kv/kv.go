@@ -118,6 +118,29 @@ type Txn interface {
 	Delete(key []byte) error
 }
 
+// Prefetcher is a Txn of a store reached over the network that reads
+// several keys and ranges in one request, ahead of the Get and Iterate
+// calls that need them, which it then serves without a request of their
+// own. It changes what costs a round trip, never what is read: the reads
+// see the transaction's snapshot (fixing it, if Prefetch is its first
+// read). A caller checks for it with a type assertion and reads as usual
+// when a Txn does not implement it.
+type Prefetcher interface {
+	// Prefetch reads keys and the first page of an Iterate of each of
+	// ranges, in one request. A later Get, GetFunc or Has of one of keys,
+	// or Iterate with a range's prefix and start (and keysOnly false, or
+	// keysOnly as the range's), is served from what it read; an Iterate
+	// past the first page goes on with ordinary reads.
+	Prefetch(keys [][]byte, ranges []IterRange) error
+}
+
+// IterRange names the keys an Iterate call reads: those with Prefix that
+// are >= Start.
+type IterRange struct {
+	Prefix, Start []byte
+	KeysOnly      bool
+}
+
 var (
 	// ErrNotFound is returned by Txn.Get when the key does not exist.
 	ErrNotFound = errors.New("kv: not found")

@@ -11,6 +11,11 @@
 // it started and none after its first read; an Update's commit checks that
 // nothing it read has changed since.
 //
+// Prefetch (kv.Prefetcher) sends several Gets and the first page of
+// several Iterates as one read-only etcd Txn, at the snapshot revision (or
+// as the first read, fixing it), and serves the reads after it from the
+// answer: a READ of cowfs is one request instead of one per key and range.
+//
 // Transactions are optimistic. An Update buffers its writes (reads see
 // them) and records what it read: the mod revision of every key read by
 // Get, GetFunc, Has or passed to an Iterate callback (0 for an absent key),

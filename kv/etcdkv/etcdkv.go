@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
@@ -488,7 +489,21 @@ type txn struct {
 	reads  map[string]int64 // mod revision of each key read from the store
 	ranges []keyRange       // ranges iterated
 	exists []string         // keys that must exist at commit (RequireExists)
+
+	// What Prefetch read at rev, served to the reads after it.
+	pfKeys  map[string]*mvccpb.KeyValue // by key; nil value: absent
+	pfPages []page
 }
+
+// page is the first page of an Iterate over [lo, hi) that Prefetch read.
+type page struct {
+	lo, hi   string
+	keysOnly bool
+	kvs      []*mvccpb.KeyValue
+	more     bool // the range holds more keys than kvs
+}
+
+var _ kv.Prefetcher = (*txn)(nil)
 
 func (t *txn) reqCtx() (context.Context, context.CancelFunc) {
 	return t.s.reqCtx(t.ctx)
@@ -525,19 +540,25 @@ func (t *txn) fetch(key []byte, keysOnly bool) ([]byte, bool, error) {
 	if w, ok := t.writes[string(key)]; ok {
 		return w.val, !w.del, nil
 	}
-	var opts []clientv3.OpOption
-	if keysOnly {
-		opts = append(opts, clientv3.WithKeysOnly())
+	e, prefetched := t.pfKeys[string(key)]
+	if !prefetched {
+		var opts []clientv3.OpOption
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
+		resp, err := t.get(string(key), opts...)
+		if err != nil {
+			return nil, false, t.s.mapErr(err, t.rev)
+		}
+		t.rev = cmp.Or(t.rev, resp.Header.Revision)
+		if len(resp.Kvs) > 0 {
+			e = resp.Kvs[0]
+		}
 	}
-	resp, err := t.get(string(key), opts...)
-	if err != nil {
-		return nil, false, t.s.mapErr(err, t.rev)
-	}
-	t.rev = cmp.Or(t.rev, resp.Header.Revision)
 	var modRev int64
 	var val []byte
-	if len(resp.Kvs) > 0 {
-		modRev, val = resp.Kvs[0].ModRevision, resp.Kvs[0].Value
+	if e != nil {
+		modRev, val = e.ModRevision, e.Value
 		if val == nil {
 			val = []byte{}
 		}
@@ -547,7 +568,7 @@ func (t *txn) fetch(key []byte, keysOnly bool) ([]byte, bool, error) {
 			t.reads[string(key)] = modRev
 		}
 	}
-	return val, len(resp.Kvs) > 0, nil
+	return val, e != nil, nil
 }
 
 func (t *txn) Get(key []byte) ([]byte, error) {
@@ -586,17 +607,7 @@ func (t *txn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) 
 	if t.s.closed.Load() {
 		return kv.ErrClosed
 	}
-	lo := prefix
-	if bytes.Compare(start, prefix) > 0 {
-		lo = start
-	}
-	if len(lo) == 0 {
-		lo = []byte{0} // etcd has no empty key
-	}
-	hi := []byte(clientv3.GetPrefixRangeEnd(string(prefix)))
-	if len(prefix) == 0 {
-		hi = []byte{0} // etcd's "every key from lo on"
-	}
+	lo, hi := iterBounds(prefix, start)
 	inRange := func(k []byte) bool {
 		return bytes.Compare(k, lo) >= 0 && (len(prefix) == 0 || bytes.Compare(k, hi) < 0)
 	}
@@ -652,16 +663,19 @@ func (t *txn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) 
 	}
 	from := lo
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(string(hi)), clientv3.WithLimit(int64(t.s.opts.PageSize))}
-		if keysOnly {
-			opts = append(opts, clientv3.WithKeysOnly())
+		var kvs []*mvccpb.KeyValue
+		var more bool
+		if p := t.prefetchedPage(from, hi, keysOnly); p != nil {
+			kvs, more = p.kvs, p.more
+		} else {
+			resp, err := t.get(string(from), t.pageOpts(hi, keysOnly)...)
+			if err != nil {
+				return t.s.mapErr(err, t.rev)
+			}
+			t.rev = cmp.Or(t.rev, resp.Header.Revision)
+			kvs, more = resp.Kvs, resp.More
 		}
-		resp, err := t.get(string(from), opts...)
-		if err != nil {
-			return t.s.mapErr(err, t.rev)
-		}
-		t.rev = cmp.Or(t.rev, resp.Header.Revision)
-		for _, e := range resp.Kvs {
+		for _, e := range kvs {
 			if last, more, err := flushPending(e.Key); err != nil || !more {
 				return stop(last, err)
 			}
@@ -680,15 +694,133 @@ func (t *txn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) 
 				return stop(e.Key, err)
 			}
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
+		if !more || len(kvs) == 0 {
 			break
 		}
-		from = append(slices.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
+		from = append(slices.Clone(kvs[len(kvs)-1].Key), 0)
 	}
 	if last, more, err := flushPending(nil); err != nil || !more {
 		return stop(last, err)
 	}
 	return stop(nil, nil)
+}
+
+// iterBounds returns the etcd range [lo, hi) of an Iterate of prefix
+// from start.
+func iterBounds(prefix, start []byte) (lo, hi []byte) {
+	lo = prefix
+	if bytes.Compare(start, prefix) > 0 {
+		lo = start
+	}
+	if len(lo) == 0 {
+		lo = []byte{0} // etcd has no empty key
+	}
+	hi = []byte(clientv3.GetPrefixRangeEnd(string(prefix)))
+	if len(prefix) == 0 {
+		hi = []byte{0} // etcd's "every key from lo on"
+	}
+	return lo, hi
+}
+
+// pageOpts are the options of the range read of one page of an Iterate
+// up to hi.
+func (t *txn) pageOpts(hi []byte, keysOnly bool) []clientv3.OpOption {
+	opts := []clientv3.OpOption{clientv3.WithRange(string(hi)), clientv3.WithLimit(int64(t.s.opts.PageSize))}
+	if keysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	return opts
+}
+
+// prefetchedPage returns the page Prefetch read from lo up to hi with
+// (at least) the values keysOnly asks for, nil if none.
+func (t *txn) prefetchedPage(lo, hi []byte, keysOnly bool) *page {
+	for i := range t.pfPages {
+		p := &t.pfPages[i]
+		if p.lo == string(lo) && p.hi == string(hi) && (keysOnly || !p.keysOnly) {
+			return p
+		}
+	}
+	return nil
+}
+
+// Prefetch reads keys and the first page of each range in one etcd
+// Txn of range reads at the snapshot revision (the current one, which
+// it fixes, if nothing was read yet): a read-only Txn is served, like a
+// Range, with a linearizable read on the member, outside raft. A key or
+// range already prefetched, and a key the transaction wrote, is not read
+// again; what does not fit in one Txn (Options.MaxTxnOps) is left to the
+// reads that need it.
+func (t *txn) Prefetch(keys [][]byte, ranges []kv.IterRange) error {
+	if t.err != nil {
+		return t.err
+	}
+	if t.s.closed.Load() {
+		return kv.ErrClosed
+	}
+	type want struct {
+		key  []byte
+		page *page // nil: key
+	}
+	var wants []want
+	var ops []clientv3.Op
+	for _, k := range keys {
+		if len(ops) == t.s.opts.MaxTxnOps {
+			break
+		}
+		if _, ok := t.pfKeys[string(k)]; ok {
+			continue
+		}
+		if _, ok := t.writes[string(k)]; ok {
+			continue
+		}
+		wants = append(wants, want{key: k})
+		ops = append(ops, clientv3.OpGet(string(k), clientv3.WithRev(t.rev)))
+	}
+	for _, r := range ranges {
+		if len(ops) == t.s.opts.MaxTxnOps {
+			break
+		}
+		lo, hi := iterBounds(r.Prefix, r.Start)
+		if t.prefetchedPage(lo, hi, r.KeysOnly) != nil {
+			continue
+		}
+		wants = append(wants, want{page: &page{lo: string(lo), hi: string(hi), keysOnly: r.KeysOnly}})
+		ops = append(ops, clientv3.OpGet(string(lo), append(t.pageOpts(hi, r.KeysOnly), clientv3.WithRev(t.rev))...))
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	ctx, cancel := t.reqCtx()
+	defer cancel()
+	resp, err := t.s.kv.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return t.s.mapErr(err, t.rev)
+	}
+	if len(resp.Responses) != len(wants) {
+		return fmt.Errorf("etcdkv: prefetch: %d answers to %d reads from the etcd cluster", len(resp.Responses), len(wants))
+	}
+	t.rev = cmp.Or(t.rev, resp.Header.Revision)
+	if t.pfKeys == nil {
+		t.pfKeys = make(map[string]*mvccpb.KeyValue, len(keys))
+	}
+	for i, w := range wants {
+		rr := resp.Responses[i].GetResponseRange()
+		if rr == nil {
+			return fmt.Errorf("etcdkv: prefetch: the etcd cluster answered read %d with no range", i)
+		}
+		if w.page == nil {
+			var e *mvccpb.KeyValue
+			if len(rr.Kvs) > 0 {
+				e = rr.Kvs[0]
+			}
+			t.pfKeys[string(w.key)] = e
+			continue
+		}
+		w.page.kvs, w.page.more = rr.Kvs, rr.More
+		t.pfPages = append(t.pfPages, *w.page)
+	}
+	return nil
 }
 
 func (t *txn) Set(key, value []byte) error {

@@ -150,7 +150,7 @@ func TestViewPinsFirstRead(t *testing.T) {
 }
 
 // TestViewSeesAcknowledgedWrites: a commit acknowledged before a View
-// begins is visible to it (its first read fixes its revision), while
+// begins is visible to it (its first read, a Get or a Prefetch, fixes its revision), while
 // many Views run and writers commit, on the writer's client and on another (a second server).
 func TestViewSeesAcknowledgedWrites(t *testing.T) {
 	c := etcdtest.StartCluster(t, etcdtest.Options{})
@@ -182,6 +182,11 @@ func TestViewSeesAcknowledgedWrites(t *testing.T) {
 				w := r % writers
 				want := acked[w].Load() // acknowledged before the View begins
 				err := s.View(ctx, func(tx kv.Txn) error {
+					if r >= readers/2 { // half of them read through a Prefetch
+						if err := tx.(kv.Prefetcher).Prefetch([][]byte{fmt.Appendf(nil, "w%d", w)}, nil); err != nil {
+							return err
+						}
+					}
 					v, err := tx.Get(fmt.Appendf(nil, "w%d", w))
 					if errors.Is(err, kv.ErrNotFound) {
 						v, err = []byte("0"), nil
