@@ -123,9 +123,9 @@ type badgerStore struct {
 	// succeeded. A Sync that finds them equal has nothing to make
 	// durable.
 	writes, synced atomic.Uint64
-	rsd    *residency // trims the value log's mappings; nil: off
-	logs   *logFiles  // nil in memory
-	res    reserve    // free-space reserve; size 0 in memory
+	rsd            *residency // trims the value log's mappings; nil: off
+	logs           *logFiles  // nil in memory
+	res            reserve    // free-space reserve; size 0 in memory
 	// roErr is set when the store was opened read-only because its disk
 	// was full: every write fails with it.
 	roErr error // read only
