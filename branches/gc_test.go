@@ -181,15 +181,7 @@ func TestGCInBackground(t *testing.T) {
 func TestGCReportsRechunk(t *testing.T) {
 	const size = 1 << 20
 	ctx := context.Background()
-	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { m.Close(); st.Close() }()
+	m := openForGC(t)
 	gcWrite(t, m, "main", "big", gcData(1, size))
 	gs, err := m.GC(ctx)
 	if err != nil {
@@ -214,15 +206,7 @@ func TestGCReportsRechunk(t *testing.T) {
 func TestGCRechunksAfterPrune(t *testing.T) {
 	const size, rounds, bs = 1 << 20, 6, 32 << 10
 	ctx := context.Background()
-	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { m.Close(); st.Close() }()
+	m := openForGC(t)
 	want := gcData(0, size)
 	gcWrite(t, m, "main", "big", want)
 	for i := 1; i <= rounds; i++ {
@@ -252,4 +236,21 @@ func TestGCRechunksAfterPrune(t *testing.T) {
 	if got := gcRead(t, m, "main", "big"); !bytes.Equal(got, want) {
 		t.Fatal("main's file reads other bytes after GC")
 	}
+}
+
+// openForGC opens a Manager on a Badger store on disk with no background
+// reclaimer or value-log GC: only the test's own GC calls run.
+func openForGC(t *testing.T) *branches.Manager {
+	t.Helper()
+	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := branches.Open(context.Background(), branches.Options{Store: st, ReclaimDelay: -1})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close(); st.Close() })
+	return m
 }
