@@ -38,7 +38,7 @@ import (
 	"sync/atomic"
 	"time"
 
-		"github.com/branchnfs/branchnfs/bench/nfsclient"
+	"github.com/branchnfs/branchnfs/bench/nfsclient"
 	"github.com/branchnfs/branchnfs/bench/workload"
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/kv"
