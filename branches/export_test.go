@@ -33,6 +33,14 @@ func (m *Manager) Views() (all, gone int) {
 // unlocked.
 func (m *Manager) SetMergeHook(fn func()) { m.mergeHook = fn }
 
+// SetSharedLayerGrace sets how long a garbage layer of a shared store
+// waits before it is deleted, and returns a function that restores it.
+func SetSharedLayerGrace(d time.Duration) (restore func()) {
+	old := sharedLayerGrace
+	sharedLayerGrace = d
+	return func() { sharedLayerGrace = old }
+}
+
 // LockOps holds the lifecycle lock, as a long merge or diff does, until
 // the returned function is called.
 func (m *Manager) LockOps() (unlock func()) {

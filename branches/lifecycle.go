@@ -189,7 +189,7 @@ func checkRecord(tx kv.Txn, want record) error {
 	if err := json.Unmarshal(v, &got); err != nil {
 		return fmt.Errorf("branches: corrupt record of %q: %w", want.Name, err)
 	}
-	if got.State != want.State || got.Top != want.Top || got.Gen != want.Gen {
+	if got.State != want.State || got.Top != want.Top || got.Gen != want.Gen || got.Merging != want.Merging {
 		return &changedError{stored: got}
 	}
 	return nil
@@ -448,7 +448,7 @@ func (m *Manager) commitOnce(ctx context.Context, name string) (CommitResult, er
 	pold := p.rec
 	prec.Gen, prec.LastCommit = pold.Gen+1, by
 	crec := c.rec
-	crec.State, crec.CommitGen, crec.CommitNote = StateCommitted, prec.Gen, by
+	crec.State, crec.CommitGen, crec.CommitNote, crec.Merging = StateCommitted, prec.Gen, by, 0
 	m.mu.RLock()
 	var sibs []*branch
 	for _, s := range m.liveChildrenLocked(p) {
@@ -573,12 +573,16 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 		if err := z.put(tx, prec); err != nil {
 			return err
 		}
-		return tx.PutLayer(dst, frozen[0])
+		if err := tx.PutLayer(dst, frozen[0]); err != nil {
+			return err
+		}
+		return m.putMerging(tx.KV(), c, dst)
 	})
 	if err != nil {
 		return record{}, nil, 0, m.commitFailed(c, err)
 	}
 	m.installTop(p, z, prec)
+	m.setMerging(c, dst)
 
 	pfs.Unlock()
 	if m.mergeHook != nil {
@@ -608,9 +612,16 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 	if err != nil {
 		return record{}, nil, 0, err
 	}
-	if err := m.cow.Update(ctx, func(tx *cowfs.Txn) error { return tx.PutLayer(dst2, dst) }); err != nil {
+	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+		if err := tx.PutLayer(dst2, dst); err != nil {
+			return err
+		}
+		return m.putMerging(tx.KV(), c, dst2)
+	})
+	if err != nil {
 		return record{}, nil, 0, mapErr(err)
 	}
+	m.setMerging(c, dst2)
 	merged := append([]cowfs.LayerID{dst}, frozen...)
 	conflicts, _, err = m.cow.MergeKeepSilly(ctx, append([]cowfs.LayerID{f}, frozen...), merged, frozen, dst2, m.ignore)
 	if err != nil {
@@ -621,6 +632,26 @@ func (m *Manager) mergeUnlocked(ctx context.Context, c, p *branch, pfs *cowfs.Vi
 	}
 	prec.Top = dst2
 	return prec, append([]cowfs.LayerID{dst2}, merged...), applied, nil
+}
+
+// putMerging stores c's record naming l, a layer its commit is about to
+// merge into, in the transaction that creates l: from then on no gc on
+// any server deletes l while c is live (liveRoots). The transaction
+// fails if c's record changed meanwhile. The caller holds opMu.
+func (m *Manager) putMerging(tx kv.Txn, c *branch, l cowfs.LayerID) error {
+	if err := checkRecord(tx, c.rec); err != nil {
+		return err
+	}
+	r := c.rec
+	r.Merging = l
+	return putRecord(tx, r)
+}
+
+// setMerging mirrors a committed putMerging in memory.
+func (m *Manager) setMerging(c *branch, l cowfs.LayerID) {
+	m.mu.Lock()
+	c.rec.Merging = l
+	m.mu.Unlock()
 }
 
 // Abort discards branch name and its descendants, descendants first, in

@@ -154,6 +154,14 @@ type record struct {
 	// branches only), and CommitNote describes that commit.
 	CommitGen  uint64 `json:"commit_gen,omitempty"`
 	CommitNote string `json:"commit_note,omitempty"`
+	// Merging is the top of the layers a commit of this branch is
+	// merging into (its staging layer, over the parent's frozen stack),
+	// written before the merge stores anything there. Reclamation counts
+	// it live as long as the branch is, so no server's gc deletes a
+	// layer a commit may still publish, however long the merge takes
+	// (docs/design.md, "GC across servers"). A later commit replaces it;
+	// the branch's end makes it garbage.
+	Merging cowfs.LayerID `json:"merging,omitempty"`
 }
 
 // stale marks in recs (by id) every live record whose branch a commit

@@ -22,8 +22,8 @@ import (
 //     sweeps follow cowfs's handshake instead.
 //
 // On a store several servers share, the live branches are those of the
-// stored records, and a garbage layer waits sharedLayerGrace before it
-// is deleted.
+// stored records (with the layers their commits are merging into), and a
+// garbage layer waits sharedLayerGrace before it is deleted.
 
 func (m *Manager) kickReclaim() {
 	select {
@@ -102,8 +102,9 @@ type ReclaimStats struct {
 	Checkpoints int `json:"checkpoints"`
 }
 
-// liveRoots returns the tops of the live and invalidated branches and the
-// layers of their checkpoints: every layer of their stacks is live. Caller
+// liveRoots returns the tops of the live and invalidated branches, the
+// layers their commits are merging into, and the layers of their
+// checkpoints: every layer of their stacks is live. Caller
 // holds opMu. On a store several servers share (shared), the branches are
 // those of the records in tx, not those this Manager holds: another
 // server may have forked one this Manager has not heard of yet, or ended
@@ -118,12 +119,18 @@ func (m *Manager) liveRoots(tx kv.Txn) ([]cowfs.LayerID, error) {
 		}
 		for _, r := range recs {
 			roots = append(roots, r.Top)
+			if r.Merging != 0 {
+				roots = append(roots, r.Merging)
+			}
 			ids = append(ids, r.ID)
 		}
 	} else {
 		m.mu.RLock()
 		for _, b := range m.byName {
 			roots = append(roots, b.rec.Top)
+			if b.rec.Merging != 0 {
+				roots = append(roots, b.rec.Merging)
+			}
 			ids = append(ids, b.rec.ID)
 		}
 		m.mu.RUnlock()
@@ -166,10 +173,13 @@ func liveRecords(tx kv.Txn) ([]record, error) {
 }
 
 // sharedLayerGrace: on a shared store, a layer is deleted only once this
-// Manager's passes have seen it garbage for this long. Another server's
-// commit stages its merge in a layer no record names until the commit
-// ends, which no reader of the records can tell from garbage.
-const sharedLayerGrace = 10 * time.Minute
+// Manager's passes have seen it garbage for this long. A commit names
+// the layer it merges into in its branch's record (record.Merging)
+// before it stores anything there, so no commit depends on the grace;
+// it covers a server of an older version, whose commit stages its merge
+// in a layer no record names until the commit ends. A variable for
+// tests.
+var sharedLayerGrace = 10 * time.Minute
 
 // graceLayers returns the layers of garbage that have been garbage for
 // sharedLayerGrace, and remembers when the others were first seen.
