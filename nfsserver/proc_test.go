@@ -374,7 +374,8 @@ func TestReadWriteStability(t *testing.T) {
 	if _, _, _, st := k.write(root, 0, []byte("x"), unstable); st != nfs.NFSStatusIsDir {
 		t.Fatalf("write to dir: %d", st)
 	}
-	if m := s.Metrics(); m.BytesWritten < 3<<20 || m.BytesRead < maxIO || m.Procedures["nfs.WRITE"] < 3 {
+	if m := s.Metrics(); m.BytesWritten < 3<<20 || m.BytesRead < maxIO || m.Procedures["nfs.WRITE"] < 3 ||
+		m.ProcedureMicros["nfs.WRITE"] == 0 || len(m.ProcedureMicros) != len(m.Procedures)-countPrefix(m.Procedures, "mount.") {
 		t.Fatalf("metrics %+v", m)
 	}
 }
@@ -492,4 +493,15 @@ func TestServeStopsOnContext(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Serve did not return after cancel")
 	}
+}
+
+// countPrefix counts the keys of m that start with prefix.
+func countPrefix(m map[string]uint64, prefix string) int {
+	n := 0
+	for k := range m {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
 }

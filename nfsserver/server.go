@@ -723,7 +723,11 @@ func (s *Server) dispatch(rec []byte, oversize bool, remote string, c *conn) []b
 	s.metrics.countProc(prog, proc)
 	e.u32(acceptSuccess)
 	r.prog, r.name, r.xid, r.proc, r.cred = progName, pi.name, xid, proc, cr
+	t0 := time.Now()
 	s.invoke(r, pi, prog, d, e, statPos)
+	if prog == progNFS {
+		s.metrics.nfsNanos[proc].Add(uint64(time.Since(t0)))
+	}
 	if prog == progNFS && len(e.b) >= statPos+8 && binary.BigEndian.Uint32(e.b[statPos:]) == acceptSuccess &&
 		binary.BigEndian.Uint32(e.b[statPos+4:]) != 0 {
 		s.metrics.nfsErrors.Add(1)
@@ -763,6 +767,7 @@ type counters struct {
 	openConns, inFlight                       atomic.Int64
 	nfs                                       [numNFSProcs]atomic.Uint64
 	mount                                     [numMountProcs]atomic.Uint64
+	nfsNanos                                  [numNFSProcs]atomic.Uint64 // time in each NFS procedure
 }
 
 func (m *counters) countProc(prog, proc uint32) {
@@ -790,6 +795,10 @@ type Metrics struct {
 	BytesRead       uint64            // file data returned by READ
 	BytesWritten    uint64            // file data stored by WRITE
 	Procedures      map[string]uint64 // calls per procedure, e.g. "nfs.READ", "mount.MNT"
+	// ProcedureMicros is the time spent running each NFS procedure, from
+	// its arguments decoded to its reply encoded (not queueing or sending),
+	// in microseconds, e.g. "nfs.GETATTR".
+	ProcedureMicros map[string]uint64
 }
 
 // Metrics returns a snapshot of the server's counters.
@@ -810,10 +819,12 @@ func (s *Server) Metrics() Metrics {
 		BytesRead:       m.bytesRead.Load(),
 		BytesWritten:    m.bytesWritten.Load(),
 		Procedures:      map[string]uint64{},
+		ProcedureMicros: map[string]uint64{},
 	}
 	for i := range m.nfs {
 		if n := m.nfs[i].Load(); n > 0 {
 			out.Procedures["nfs."+nfsProcs[i].name] = n
+			out.ProcedureMicros["nfs."+nfsProcs[i].name] = m.nfsNanos[i].Load() / 1000
 		}
 	}
 	for i := range m.mount {

@@ -70,8 +70,9 @@ func BenchmarkKernelTree(b *testing.B) {
 	b.Logf("tree %s: %d files, %d directories, %d bytes", cfg.TreeDir, tree.Files, tree.Dirs, tree.Bytes)
 	script := kernelBenchScript(cfg, tree)
 	procs := newProcCounter(cfg.Servers)
+	client := newClientCounter()
 	b.ResetTimer()
-	res := bootGuest(b, img, helper, script, map[string]string{}, map[string]hostAction{"procs": procs.snapshot}, 60*time.Minute,
+	res := bootGuest(b, img, helper, script, map[string]string{}, map[string]hostAction{"procs": procs.snapshot, "mstats": client.snapshot}, 60*time.Minute,
 		guestFile{Path: "tree.tar", Src: filepath.Join(dir, "tree.tar")}, guestFile{Path: "sums.txt", Src: filepath.Join(dir, "sums.txt")})
 	b.StopTimer()
 	out := kernelBenchResult{Tree: tree, Boot: res.boot.Seconds()}
@@ -85,9 +86,13 @@ func BenchmarkKernelTree(b *testing.B) {
 			for i, step := range kernelBenchSteps {
 				name := fmt.Sprintf("r%d_%s_%s", r, s.Name, step)
 				smp := kernelBenchSample{Server: s.Name, Run: r, Step: step}
-				smp.Procs = procs.step(s.Name, (r-1)*len(kernelBenchSteps)+i)
+				smp.Procs, smp.ServerMicros = procs.step(s.Name, (r-1)*len(kernelBenchSteps)+i)
 				if len(smp.Procs) > 0 {
 					counted = append(counted, name+": "+formatProcs(smp.Procs))
+				}
+				smp.Client = client.step(s.Name, (r-1)*len(kernelBenchSteps)+i)
+				if len(smp.Client) > 0 {
+					counted = append(counted, name+" (client): "+formatClient(smp.Client))
 				}
 				switch st := res.steps[name]; {
 				case st == nil:
@@ -162,22 +167,144 @@ type kernelBenchSample struct {
 	// Procs are the calls the server received during the step, per
 	// procedure ("nfs.LOOKUP"), for servers with a Store.
 	Procs map[string]uint64 `json:"procs,omitempty"`
+	// ServerMicros is the time the server spent in each procedure
+	// during the step, in microseconds, for servers with a Store.
+	ServerMicros map[string]uint64 `json:"server_us,omitempty"`
+	// Client is what the guest's kernel client counted for the mount
+	// during the step, per operation ("LOOKUP"), from the per-op
+	// statistics of /proc/self/mountstats: for every server.
+	Client map[string]clientOp `json:"client,omitempty"`
+}
+
+// clientOp is one operation's line of a mount's per-op statistics in
+// /proc/self/mountstats (Linux's rpc_iostats), over one step. Times are
+// the kernel's sums, in milliseconds: RTT from sending the request to its
+// reply, execute from the call's start to its end (RTT plus queueing and
+// the client's own work).
+type clientOp struct {
+	Ops       uint64 `json:"ops"`
+	Trans     uint64 `json:"trans"` // transmissions: more than ops when requests are retransmitted
+	BytesSent uint64 `json:"bytes_sent"`
+	BytesRecv uint64 `json:"bytes_recv"`
+	QueueMs   uint64 `json:"queue_ms"`
+	RTTMs     uint64 `json:"rtt_ms"`
+	ExecMs    uint64 `json:"exec_ms"`
+}
+
+// clientCounter takes the guest's "host mstats NAME OP=v,v,... ..."
+// requests: the per-op statistics of /mnt/NAME's mount as the guest's
+// mstats function prints them (fields ops, transmissions, bytes sent,
+// bytes received, queue, RTT and execute milliseconds). Like procCounter,
+// step k's figures are snapshot k+1 minus snapshot k.
+type clientCounter struct {
+	mu    sync.Mutex // protects snaps
+	snaps map[string][]map[string]clientOp
+}
+
+func newClientCounter() *clientCounter {
+	return &clientCounter{snaps: map[string][]map[string]clientOp{}}
+}
+
+// snapshot is the host action: args are the server's name and its
+// operations' counters.
+func (c *clientCounter) snapshot(args []string) error {
+	if len(args) < 1 {
+		return fmt.Errorf("mstats: want a server name and its per-op counters")
+	}
+	got, err := parseClientOps(args[1:])
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.snaps[args[0]] = append(c.snaps[args[0]], got)
+	c.mu.Unlock()
+	return nil
+}
+
+// parseClientOps parses the guest's "OP=ops,trans,sent,recv,queue,rtt,exec"
+// tokens.
+func parseClientOps(tokens []string) (map[string]clientOp, error) {
+	out := make(map[string]clientOp, len(tokens))
+	for _, t := range tokens {
+		name, vals, ok := strings.Cut(t, "=")
+		f := strings.Split(vals, ",")
+		if !ok || name == "" || len(f) != 7 {
+			return nil, fmt.Errorf("mstats: %q is not OP=ops,trans,sent,recv,queue,rtt,exec", t)
+		}
+		var v [7]uint64
+		for i := range f {
+			if _, err := fmt.Sscan(f[i], &v[i]); err != nil {
+				return nil, fmt.Errorf("mstats: %q: %v", t, err)
+			}
+		}
+		out[name] = clientOp{Ops: v[0], Trans: v[1], BytesSent: v[2], BytesRecv: v[3], QueueMs: v[4], RTTMs: v[5], ExecMs: v[6]}
+	}
+	return out, nil
+}
+
+// step returns what the client counted for server during its i-th timed
+// step, nil if it was not counted.
+func (c *clientCounter) step(server string, i int) map[string]clientOp {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.snaps[server]
+	if i+1 >= len(s) {
+		return nil
+	}
+	d := map[string]clientOp{}
+	for k, b := range s[i+1] {
+		a := s[i][k]
+		if b.Ops <= a.Ops {
+			continue
+		}
+		d[k] = clientOp{Ops: b.Ops - a.Ops, Trans: b.Trans - a.Trans, BytesSent: b.BytesSent - a.BytesSent, BytesRecv: b.BytesRecv - a.BytesRecv,
+			QueueMs: b.QueueMs - a.QueueMs, RTTMs: b.RTTMs - a.RTTMs, ExecMs: b.ExecMs - a.ExecMs}
+	}
+	return d
+}
+
+// formatClient prints the client's calls per operation, most frequent
+// first, with the average reply size and RTT.
+func formatClient(m map[string]clientOp) string {
+	keys := make([]string, 0, len(m))
+	var total uint64
+	for k, v := range m {
+		keys = append(keys, k)
+		total += v.Ops
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]].Ops != m[keys[j]].Ops {
+			return m[keys[i]].Ops > m[keys[j]].Ops
+		}
+		return keys[i] < keys[j]
+	})
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d calls:", total)
+	for _, k := range keys {
+		o := m[k]
+		fmt.Fprintf(&sb, " %s %d (%d B/reply, rtt %.2f ms, exec %.2f ms)", k, o.Ops, o.BytesRecv/o.Ops,
+			float64(o.RTTMs)/float64(o.Ops), float64(o.ExecMs)/float64(o.Ops))
+	}
+	return sb.String()
 }
 
 // procCounter takes the guest's "host procs NAME" requests: each one
-// appends a snapshot of NAME's calls per procedure, read from its control
-// socket. The guest asks after every drop_caches that precedes a timed
-// step and once after the last, so step k's calls are snapshot k+1 minus
-// snapshot k.
+// appends a snapshot of NAME's calls per procedure, and the time spent in
+// each, read from its control socket. The guest asks after every
+// drop_caches that precedes a timed step and once after the last, so step
+// k's calls are snapshot k+1 minus snapshot k.
 type procCounter struct {
 	stores map[string]string // server name -> store; read only
 
 	mu    sync.Mutex // protects the following
-	snaps map[string][]map[string]uint64
+	snaps map[string][]procSnap
 }
 
+// procSnap is one snapshot: calls and microseconds per procedure.
+type procSnap struct{ calls, micros map[string]uint64 }
+
 func newProcCounter(servers []benchServer) *procCounter {
-	p := &procCounter{stores: map[string]string{}, snaps: map[string][]map[string]uint64{}}
+	p := &procCounter{stores: map[string]string{}, snaps: map[string][]procSnap{}}
 	for _, s := range servers {
 		if s.Store != "" {
 			p.stores[s.Name] = s.Store
@@ -198,23 +325,27 @@ func (p *procCounter) snapshot(args []string) error {
 		return err
 	}
 	cl.Close()
-	got, err := procedures(st.NFS)
+	calls, err := procedures(st.NFS, "Procedures")
+	if err != nil {
+		return err
+	}
+	micros, err := procedures(st.NFS, "ProcedureMicros")
 	if err != nil {
 		return err
 	}
 	p.mu.Lock()
-	p.snaps[args[0]] = append(p.snaps[args[0]], got)
+	p.snaps[args[0]] = append(p.snaps[args[0]], procSnap{calls, micros})
 	p.mu.Unlock()
 	return nil
 }
 
-// procedures extracts the calls per procedure from the status's NFS
-// counters (nfsserver.Metrics, as JSON).
-func procedures(nfs any) (map[string]uint64, error) {
+// procedures extracts a per-procedure counter (field of
+// nfsserver.Metrics, as JSON) from the status's NFS counters.
+func procedures(nfs any, field string) (map[string]uint64, error) {
 	m, _ := nfs.(map[string]any)
-	raw, ok := m["Procedures"].(map[string]any)
+	raw, ok := m[field].(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("procs: the server's status has no calls per procedure: %v", nfs)
+		return nil, fmt.Errorf("procs: the server's status has no %s: %v", field, nfs)
 	}
 	out := make(map[string]uint64, len(raw))
 	for k, v := range raw {
@@ -228,21 +359,25 @@ func procedures(nfs any) (map[string]uint64, error) {
 }
 
 // step returns the calls server received during its i-th timed step (in
-// the order the guest ran them), nil if it was not counted.
-func (p *procCounter) step(server string, i int) map[string]uint64 {
+// the order the guest ran them) and the microseconds it spent in each
+// procedure, nil if it was not counted.
+func (p *procCounter) step(server string, i int) (calls, micros map[string]uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.snaps[server]
 	if i+1 >= len(s) {
-		return nil
+		return nil, nil
 	}
-	d := map[string]uint64{}
-	for k, v := range s[i+1] {
-		if n := v - s[i][k]; n > 0 {
-			d[k] = n
+	diff := func(a, b map[string]uint64) map[string]uint64 {
+		d := map[string]uint64{}
+		for k, v := range b {
+			if n := v - a[k]; n > 0 {
+				d[k] = n
+			}
 		}
+		return d
 	}
-	return d
+	return diff(s[i].calls, s[i+1].calls), diff(s[i].micros, s[i+1].micros)
 }
 
 // formatProcs prints calls per procedure, most frequent first.
@@ -345,30 +480,38 @@ untar() { mkdir -p "$1" && cd "$1" && tar xf /tree.tar && cd / && sync; }
 read_all() { cd "$1" && sha256sum -c -s /sums.txt || fail "checksums differ in $1"; }
 lsR() { n=$(ls -lR "$1/%[1]s" | grep -c '^-'); [ "$n" = %[2]d ] || fail "ls -lR lists $n files, want %[2]d"; echo "$n files"; }
 rmrf() { rm -rf "$1" && [ ! -e "$1" ] || fail "$1 still there after rm -rf"; }
-drop_count() { drop_caches && host procs "$1"; }
+drop_count() { drop_caches && host mstats "$1" $(mstats "$1") && { [ "$2" != procs ] || host procs "$1"; }; }
+# mstats NAME: the per-op statistics of /mnt/NAME's mount, one
+# OP=ops,trans,sent,recv,queue,rtt,exec token per operation used so far.
+mstats() {
+	awk -v m="/mnt/$1" '$1 == "device" { on = ($5 == m) }
+		on && /^[ \t]*[A-Z_0-9]+: [0-9]/ && $2 > 0 { printf "%%s=%%s,%%s,%%s,%%s,%%s,%%s,%%s ", substr($1, 1, length($1)-1), $2, $3, $5, $6, $7, $8, $9 }' /proc/self/mountstats
+}
 `, top, tree.Files)
 	for _, s := range cfg.Servers {
 		fmt.Fprintf(&sb, "step mount_%s bench_mount %s %s %d %d\n", s.Name, s.Name, s.Export, s.NFSPort, s.MountPort)
+	}
+	// Untimed, before every timed step and once after the last: the
+	// client's per-op statistics and, from servers with a store, the calls
+	// they served per procedure.
+	drop := func(s benchServer) string {
+		if s.Store != "" {
+			return "drop_count " + s.Name + " procs"
+		}
+		return "drop_count " + s.Name
 	}
 	for r := 1; r <= cfg.Runs; r++ {
 		for _, s := range cfg.Servers {
 			d := fmt.Sprintf("/mnt/%s/kbench%d", s.Name, r)
 			fns := map[string]string{"untar": "untar", "read": "read_all", "lsR": "lsR", "rm": "rmrf"}
-			drop := "drop_caches"
-			if s.Store != "" {
-				// Untimed: the calls per procedure so far.
-				drop = "drop_count " + s.Name
-			}
 			for _, step := range kernelBenchSteps {
-				fmt.Fprintf(&sb, "step r%d_%s_%s_drop %s\n", r, s.Name, step, drop)
+				fmt.Fprintf(&sb, "step r%d_%s_%s_drop %s\n", r, s.Name, step, drop(s))
 				fmt.Fprintf(&sb, "step r%d_%s_%s %s %s\n", r, s.Name, step, fns[step], d)
 			}
 		}
 	}
 	for _, s := range cfg.Servers {
-		if s.Store != "" {
-			fmt.Fprintf(&sb, "step procs_%s drop_count %s\n", s.Name, s.Name)
-		}
+		fmt.Fprintf(&sb, "step counts_%s %s\n", s.Name, drop(s))
 	}
 	return sb.String()
 }
@@ -380,7 +523,7 @@ func TestKernelBenchScript(t *testing.T) {
 	cfg := kernelBenchConfig{Runs: 2, Servers: []benchServer{{Name: "a", NFSPort: 1, MountPort: 2, Export: "/x", Store: "/s"}, {Name: "b", NFSPort: 3, MountPort: 3, Export: "/y"}}}
 	script := kernelBenchScript(cfg, treeInfo{Source: "/usr/src/net", Files: 7})
 	steps := scenarioSteps(script)
-	if len(steps) != 2+2*2*len(kernelBenchSteps)*2+1 {
+	if len(steps) != 2+2*2*len(kernelBenchSteps)*2+2 {
 		t.Fatalf("%d steps: %v", len(steps), steps)
 	}
 	for i, s := range steps {
@@ -388,21 +531,55 @@ func TestKernelBenchScript(t *testing.T) {
 			t.Errorf("step %s is not followed by its timed step", s)
 		}
 	}
-	// Only the server with a store counts calls, after each drop and once
-	// at the end.
-	if n := strings.Count(script, "drop_count a\n"); n != 2*len(kernelBenchSteps)+1 {
+	// Every server's client statistics are read after each drop and once
+	// at the end; only the server with a store is asked for its calls.
+	if n := strings.Count(script, "drop_count a procs\n"); n != 2*len(kernelBenchSteps)+1 {
 		t.Errorf("server a counts calls %d times, want %d", n, 2*len(kernelBenchSteps)+1)
 	}
-	if strings.Contains(script, "drop_count b") {
+	if n := strings.Count(script, "drop_count b\n"); n != 2*len(kernelBenchSteps)+1 {
+		t.Errorf("server b's client statistics are read %d times, want %d", n, 2*len(kernelBenchSteps)+1)
+	}
+	if strings.Contains(script, "drop_count b procs") {
 		t.Errorf("server b has no store but counts calls")
 	}
-	for _, want := range []string{"r1_a_untar", "r2_b_rm", "mount_b", "procs_a"} {
+	for _, want := range []string{"r1_a_untar", "r2_b_rm", "mount_b", "counts_a", "counts_b"} {
 		if !contains(steps, want) {
 			t.Errorf("script lacks step %s", want)
 		}
 	}
 	if !strings.Contains(script, `bench_mount a /x 1 2`) || !strings.Contains(script, `want 7"`) {
 		t.Errorf("script:\n%s", script)
+	}
+}
+
+// TestClientCounter parses the guest's per-op statistics and takes a
+// step's figures as the difference of the snapshots around it.
+func TestClientCounter(t *testing.T) {
+	c := newClientCounter()
+	if err := c.snapshot([]string{"a", "GETATTR=3,3,372,336,0,1,2"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.snapshot([]string{"a", "GETATTR=5,6,620,560,1,4,6", "READDIRPLUS=2,2,300,9000,0,10,12"}); err != nil {
+		t.Fatal(err)
+	}
+	got := c.step("a", 0)
+	want := map[string]clientOp{
+		"GETATTR":     {Ops: 2, Trans: 3, BytesSent: 248, BytesRecv: 224, QueueMs: 1, RTTMs: 3, ExecMs: 4},
+		"READDIRPLUS": {Ops: 2, Trans: 2, BytesSent: 300, BytesRecv: 9000, RTTMs: 10, ExecMs: 12},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("step 0 = %+v, want %+v", got, want)
+	}
+	if got := c.step("a", 1); got != nil {
+		t.Errorf("step 1 = %v, want nil", got)
+	}
+	if got := formatClient(want); got != "4 calls: GETATTR 2 (112 B/reply, rtt 1.50 ms, exec 2.00 ms) READDIRPLUS 2 (4500 B/reply, rtt 5.00 ms, exec 6.00 ms)" {
+		t.Errorf("formatClient = %q", got)
+	}
+	for _, bad := range []string{"GETATTR=1,2,3", "=1,1,1,1,1,1,1", "GETATTR", "GETATTR=1,1,1,x,1,1,1"} {
+		if err := c.snapshot([]string{"a", bad}); err == nil {
+			t.Errorf("snapshot accepted %q", bad)
+		}
 	}
 }
 
@@ -448,18 +625,18 @@ func TestPackTree(t *testing.T) {
 // the snapshots around it.
 func TestProcCounterSteps(t *testing.T) {
 	p := newProcCounter([]benchServer{{Name: "a", Store: "/s"}, {Name: "b"}})
-	p.snaps["a"] = []map[string]uint64{
-		{"nfs.LOOKUP": 3},
-		{"nfs.LOOKUP": 10, "nfs.CREATE": 4},
-		{"nfs.LOOKUP": 10, "nfs.CREATE": 4, "nfs.COMMIT": 1},
+	p.snaps["a"] = []procSnap{
+		{map[string]uint64{"nfs.LOOKUP": 3}, map[string]uint64{"nfs.LOOKUP": 30}},
+		{map[string]uint64{"nfs.LOOKUP": 10, "nfs.CREATE": 4}, map[string]uint64{"nfs.LOOKUP": 100, "nfs.CREATE": 400}},
+		{map[string]uint64{"nfs.LOOKUP": 10, "nfs.CREATE": 4, "nfs.COMMIT": 1}, map[string]uint64{"nfs.LOOKUP": 100, "nfs.CREATE": 400, "nfs.COMMIT": 9}},
 	}
-	if got := p.step("a", 0); len(got) != 2 || got["nfs.LOOKUP"] != 7 || got["nfs.CREATE"] != 4 {
-		t.Errorf("step 0 = %v, want LOOKUP 7 CREATE 4", got)
+	if got, us := p.step("a", 0); len(got) != 2 || got["nfs.LOOKUP"] != 7 || got["nfs.CREATE"] != 4 || us["nfs.LOOKUP"] != 70 || us["nfs.CREATE"] != 400 {
+		t.Errorf("step 0 = %v %v, want LOOKUP 7 CREATE 4, 70 and 400 µs", got, us)
 	}
-	if got := p.step("a", 1); len(got) != 1 || got["nfs.COMMIT"] != 1 {
-		t.Errorf("step 1 = %v, want COMMIT 1", got)
+	if got, us := p.step("a", 1); len(got) != 1 || got["nfs.COMMIT"] != 1 || len(us) != 1 || us["nfs.COMMIT"] != 9 {
+		t.Errorf("step 1 = %v %v, want COMMIT 1 in 9 µs", got, us)
 	}
-	if got := p.step("a", 2); got != nil {
+	if got, _ := p.step("a", 2); got != nil {
 		t.Errorf("step 2 = %v, want nil (no snapshot after it)", got)
 	}
 	if err := p.snapshot([]string{"b"}); err == nil {

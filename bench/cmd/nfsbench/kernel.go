@@ -47,6 +47,23 @@ type kernelSample struct {
 	Error   string  `json:"error,omitempty"`
 	// Procs are branchnfs's calls per procedure during the step.
 	Procs map[string]uint64 `json:"procs,omitempty"`
+	// ServerMicros is branchnfs's time in each procedure during the step.
+	ServerMicros map[string]uint64 `json:"server_us,omitempty"`
+	// Client is the guest's kernel client's per-op statistics of the
+	// mount during the step (/proc/self/mountstats), for every server.
+	Client map[string]clientOp `json:"client,omitempty"`
+}
+
+// clientOp is one operation's per-op statistics over a step; times are
+// the kernel's sums in milliseconds.
+type clientOp struct {
+	Ops       uint64 `json:"ops"`
+	Trans     uint64 `json:"trans"`
+	BytesSent uint64 `json:"bytes_sent"`
+	BytesRecv uint64 `json:"bytes_recv"`
+	QueueMs   uint64 `json:"queue_ms"`
+	RTTMs     uint64 `json:"rtt_ms"`
+	ExecMs    uint64 `json:"exec_ms"`
 }
 
 // kernelSteps are the benchmark's timed steps, in order, with what each
@@ -204,10 +221,85 @@ func renderKernel(r *Results, p func(string, ...any), missed *[]string) {
 			p("- %s: %s\n", x.Step, formatProcs(x.Procs))
 		}
 	}
+	renderKernelClient(k, p)
 	if k.Error != "" {
 		p("\nerror: %s\n", shorten(k.Error))
 	}
 	p("\n")
+}
+
+// renderKernelClient prints, per step of run 1, what the guest's client
+// counted per operation for branchnfs and ganesha side by side, and
+// branchnfs's own time per call.
+func renderKernelClient(k *kernelResult, p func(string, ...any)) {
+	sample := func(server, step string) *kernelSample {
+		for i, x := range k.Samples {
+			if x.Server == server && x.Step == step && x.Run == 1 {
+				return &k.Samples[i]
+			}
+		}
+		return nil
+	}
+	header := false
+	for _, st := range kernelSteps {
+		b, g := sample("branchnfs", st.name), sample("ganesha", st.name)
+		var ops []string
+		for _, x := range []*kernelSample{b, g} {
+			if x == nil {
+				continue
+			}
+			for op := range x.Client {
+				if !contains(ops, op) {
+					ops = append(ops, op)
+				}
+			}
+		}
+		if len(ops) == 0 {
+			continue
+		}
+		if !header {
+			p("\nPer operation, run 1, as the guest's client counted it (/proc/self/mountstats; branchnfs / ganesha): calls, average reply size, average RTT (request sent to reply received) and execute time (call start to end) in ms; and branchnfs's own time per call (µs, from arguments decoded to reply encoded):\n\n")
+			p("| step | operation | calls | reply bytes | RTT ms | execute ms | branchnfs µs/call |\n|---|---|---|---|---|---|---|\n")
+			header = true
+		}
+		calls := func(x *kernelSample, op string) uint64 {
+			if x == nil {
+				return 0
+			}
+			return x.Client[op].Ops
+		}
+		sort.Slice(ops, func(i, j int) bool {
+			ci, cj := calls(b, ops[i])+calls(g, ops[i]), calls(b, ops[j])+calls(g, ops[j])
+			if ci != cj {
+				return ci > cj
+			}
+			return ops[i] < ops[j]
+		})
+		for _, op := range ops {
+			cell := func(f func(o clientOp) string) string {
+				var parts [2]string
+				for i, x := range []*kernelSample{b, g} {
+					parts[i] = "—"
+					if x != nil {
+						if o, ok := x.Client[op]; ok && o.Ops > 0 {
+							parts[i] = f(o)
+						}
+					}
+				}
+				return parts[0] + " / " + parts[1]
+			}
+			srv := "—"
+			if b != nil && b.Procs["nfs."+op] > 0 {
+				srv = fmt.Sprintf("%.0f", float64(b.ServerMicros["nfs."+op])/float64(b.Procs["nfs."+op]))
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s |\n", st.name, op,
+				cell(func(o clientOp) string { return fmt.Sprint(o.Ops) }),
+				cell(func(o clientOp) string { return fmt.Sprint(o.BytesRecv / o.Ops) }),
+				cell(func(o clientOp) string { return fmt.Sprintf("%.2f", float64(o.RTTMs)/float64(o.Ops)) }),
+				cell(func(o clientOp) string { return fmt.Sprintf("%.2f", float64(o.ExecMs)/float64(o.Ops)) }),
+				srv)
+		}
+	}
 }
 
 // formatProcs prints calls per procedure, most frequent first.

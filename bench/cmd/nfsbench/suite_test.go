@@ -129,3 +129,28 @@ func TestFormatProcs(t *testing.T) {
 		t.Errorf("formatProcs = %q, want %q", got, want)
 	}
 }
+
+// The client's per-op figures of run 1 are printed per step, branchnfs
+// beside ganesha, with branchnfs's own time per call.
+func TestRenderKernelClient(t *testing.T) {
+	k := &kernelResult{Samples: []kernelSample{
+		{Server: "branchnfs", Run: 1, Step: "lsR",
+			Procs: map[string]uint64{"nfs.GETATTR": 4}, ServerMicros: map[string]uint64{"nfs.GETATTR": 100},
+			Client: map[string]clientOp{"GETATTR": {Ops: 4, BytesRecv: 448, RTTMs: 2, ExecMs: 3}}},
+		{Server: "ganesha", Run: 1, Step: "lsR",
+			Client: map[string]clientOp{"GETATTR": {Ops: 2, BytesRecv: 224, RTTMs: 1, ExecMs: 1}, "READDIRPLUS": {Ops: 1, BytesRecv: 5000, RTTMs: 3, ExecMs: 4}}},
+		{Server: "branchnfs", Run: 2, Step: "lsR", Client: map[string]clientOp{"WRITE": {Ops: 1}}},
+	}}
+	var b strings.Builder
+	renderKernelClient(k, func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
+	for _, want := range []string{
+		"| lsR | GETATTR | 4 / 2 | 112 / 112 | 0.50 / 0.50 | 0.75 / 0.50 | 25 |\n| lsR | READDIRPLUS | — / 1 | — / 5000 | — / 3.00 | — / 4.00 | — |\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "WRITE") {
+		t.Errorf("run 2 printed:\n%s", b.String())
+	}
+}
