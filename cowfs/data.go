@@ -435,6 +435,7 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 		// this server's reference generation does not see (readcache.go).
 		// Read again without the cache, and drop it.
 		f.dropCache()
+		f.s.frozen.drop()
 		rg = readGen{}
 		err = f.view(read)
 	}

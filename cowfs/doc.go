@@ -11,11 +11,14 @@
 // of an inode seen before cost one point lookup (the top layer's). The
 // cache holds at most Options.InodeCacheSize entries and
 // Options.InodeCacheBytes of estimated memory, and is dropped whenever the
-// view's stack changes and when the view is invalidated. So are the block
-// references a READ resolves through the frozen layers (readcache.go,
-// bounded by Options.BlockCacheBytes), which are also dropped when a
-// store-level change of references (rechunk, coalesce, fold, merge) ends:
-// a repeated READ of frozen data reads only the top layer.
+// view's stack changes and when the view is invalidated. The block
+// references a READ resolves through the frozen layers are cached for the
+// whole Store (readcache.go, bounded by Options.BlockCacheBytes), keyed by
+// the inode and the frozen layers of the stack, so every view over the
+// same frozen layers shares them; a store-level change of references
+// (rechunk, coalesce, fold, merge) names the layers it changes, and only
+// the entries of stacks holding one of those are dropped: a repeated READ
+// of frozen data reads only the top layer.
 //
 // Names are form-insensitive and form-preserving (names.go): entries keep
 // the bytes they were created with, and are hashed and compared in NFC, so

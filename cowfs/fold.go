@@ -98,7 +98,7 @@ func (f *View) foldKind(ctx context.Context, x, y, yBelow LayerID, kind byte) er
 			return 1, 0, kb + len(e.v)
 		}
 		done := 0
-		err = f.updateRefs(ctx, func(ktx kv.Txn, refs *refLog) error {
+		err = f.updateRefs(ctx, []LayerID{x, y}, func(ktx kv.Txn, refs *refLog) error {
 			tx := &countTxn{Txn: ktx, opBytes: lim.OpBytes}
 			done = 0
 			for _, e := range batch {

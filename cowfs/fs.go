@@ -47,11 +47,12 @@ type Options struct {
 	// entries (default DefaultInodeCacheBytes, 8 MiB, per view); when an
 	// entry would take it past the bound it starts over.
 	InodeCacheBytes int
-	// BlockCacheBytes bounds the view's cache of the frozen layers' block
-	// references (readcache.go) by the estimated memory of its entries
-	// (default DefaultBlockCacheBytes, 8 MiB, per view: about 80,000
-	// blocks, 2.5 GiB of file data at 32 KiB blocks); when an entry would
-	// take it past the bound it starts over. Negative disables the cache.
+	// BlockCacheBytes bounds the Store's cache of the frozen layers' block
+	// references (readcache.go), which all its views share, by the
+	// estimated memory of its entries (default DefaultBlockCacheBytes,
+	// 8 MiB per Store: about 80,000 blocks, 2.5 GiB of file data at 32 KiB
+	// blocks); when an entry would take it past the bound it starts over.
+	// Negative disables the cache.
 	BlockCacheBytes int
 	// Blobs, when set, holds block and chunk content instead of the kv
 	// store's 'c' keys (docs/design.md, "Blocks in object storage"): writes
@@ -161,15 +162,6 @@ type View struct {
 	cache map[InodeID]*frozenInode
 	// cacheBytes is the estimated memory of cache's entries.
 	cacheBytes int
-	// blocks caches what the frozen layers hold of inodes' data: their
-	// records' cuts and their resolved block references (readcache.go).
-	// Same invariant as cache, plus: it is dropped when the Store's refGen
-	// moves (a store-level change of block references).
-	blocks map[InodeID]*frozenData
-	// blocksBytes is the estimated memory of blocks' entries.
-	blocksBytes int
-	// blocksGen is the Store's refGen blocks was filled under.
-	blocksGen uint64
 }
 
 // frozenInode is what the frozen layers of a stack hold of one inode.
@@ -210,8 +202,6 @@ func (f *View) dropCache() {
 	f.cacheMu.Lock()
 	f.cache = map[InodeID]*frozenInode{}
 	f.cacheBytes = 0
-	f.blocks = nil
-	f.blocksBytes = 0
 	f.cacheMu.Unlock()
 }
 

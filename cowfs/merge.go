@@ -264,7 +264,7 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 		j := i + writeBatch(lim, len(writes)-i, func(k int) int { return len(writes[i+k].k) + len(writes[i+k].v) })
 		// Content written here must survive a concurrent block sweep
 		// until the batch holding its reference commits.
-		err := child.updateRefs(ctx, func(tx kv.Txn, refs *refLog) error {
+		err := child.updateRefs(ctx, []LayerID{dst}, func(tx kv.Txn, refs *refLog) error {
 			for _, w := range writes[i:j] {
 				var err error
 				switch {

@@ -2,37 +2,159 @@ package cowfs
 
 import (
 	"bytes"
+	"encoding/binary"
+	"sync"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
 
 // The frozen-reference cache. A layer below a view's top never changes what
-// it shows while the view's stack stays (fs.go, the inode cache's
-// invariant): fold and prune delete only references an upper layer
-// shadows, or copy a layer into the one below it while the upper one stays
-// in every stack holding the lower. So the block references a READ
-// resolves through the frozen layers can be kept, per view, until the
-// stack changes, and a READ of frozen data then reads only the top layer's
-// record and references (none when the top holds no record of the inode).
+// it shows while it stays in a stack (fs.go, the inode cache's invariant):
+// fold and prune delete only references an upper layer shadows, or copy a
+// layer into the one below it while the upper one stays in every stack
+// holding the lower. So the block references a READ resolves through the
+// frozen layers of a stack can be kept, and a READ of frozen data then
+// reads only the top layer's record and references (none when the top
+// holds no record of the inode).
+//
+// The cache belongs to the Store and every view shares it: an entry is
+// keyed by the inode and the frozen part of the stack (the layers below
+// the top, all of them), so a view of a new branch over the same frozen
+// layers, or a view opened again, finds what another one resolved, and a
+// view whose stack changed simply looks under another key.
 //
 // Store-level changes of references that keep the bytes but not the
 // references (rechunk and coalesce swap a block's reference for chunk
-// slices; the old content may then be swept) go through Store.updateRefs,
-// which counts them in refBusy while they run and moves refGen when they
-// end: a view uses its cache only while refBusy is zero and refGen is the
-// value it was filled under, and fills it only if neither moved since the
-// READ began (so the READ's snapshot is at least as new as the last such
-// change).
+// slices; the old content may then be swept) and folds and merges go
+// through Store.updateRefs, naming the layers they write: the cache
+// counts them per layer while they run (busy) and records, when each
+// ends, the sequence number of its end (changed). An entry holds the
+// sequence number read before the snapshot of the READ that filled it
+// (at); it is used only while none of its layers is busy or changed
+// since at, and filled only if none was busy or changed since the READ
+// began. A change of one layer (rechunking another branch's files, say)
+// leaves the entries of stacks without it alone.
+//
+// Lock order: frozenCache.mu is taken last, after any View lock.
 
 // cacheGroup is how many consecutive blocks are resolved and cached
 // together: one key iteration per frozen layer fills 2 MiB of 32 KiB
 // blocks.
 const cacheGroup = 64
 
+// maxChangedLayers bounds the layers frozenCache remembers changes of;
+// past it, it forgets them all and drops its entries.
+const maxChangedLayers = 4096
+
+// frozenCache is the Store's cache of what frozen layers hold of inodes'
+// data.
+type frozenCache struct {
+	max int // the bound of bytes (Options.BlockCacheBytes); read only
+
+	mu  sync.Mutex // protects the following
+	seq uint64     // counts the changes of references that ended
+	// floor is the changed value of every layer not in layers.
+	floor  uint64
+	layers map[LayerID]layerChanges
+	// entries maps frozenKey(ino, frozen stack) to its entry.
+	entries map[string]*frozenData
+	bytes   int // the estimated memory of entries
+}
+
+// layerChanges is what frozenCache knows of one layer's changes.
+type layerChanges struct {
+	busy    int    // changes of its references running
+	changed uint64 // seq when the last one ended
+}
+
+func newFrozenCache(max int) *frozenCache {
+	return &frozenCache{max: max, layers: map[LayerID]layerChanges{}, entries: map[string]*frozenData{}}
+}
+
+// begin records that a change of the references of layers starts.
+func (c *frozenCache) begin(layers []LayerID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range layers {
+		r, ok := c.layers[l]
+		if !ok {
+			r.changed = c.floor
+		}
+		r.busy++
+		c.layers[l] = r
+	}
+}
+
+// end records that a change begun with begin(layers) ended (committed or
+// not).
+func (c *frozenCache) end(layers []LayerID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	for _, l := range layers {
+		r := c.layers[l]
+		r.busy--
+		r.changed = c.seq
+		c.layers[l] = r
+	}
+	if len(c.layers) > maxChangedLayers {
+		// Keep the busy layers; every other one changed at floor at the
+		// latest, which no entry is newer than once they are dropped.
+		c.floor = c.seq
+		for l, r := range c.layers {
+			if r.busy == 0 {
+				delete(c.layers, l)
+			}
+		}
+		c.dropLocked()
+	}
+}
+
+// stableLocked reports whether no layer of stack is busy or changed
+// after at.
+func (c *frozenCache) stableLocked(stack []LayerID, at uint64) bool {
+	for _, l := range stack {
+		r, ok := c.layers[l]
+		if !ok {
+			r.changed = c.floor
+		}
+		if r.busy > 0 || r.changed > at {
+			return false
+		}
+	}
+	return true
+}
+
+// drop empties the cache.
+func (c *frozenCache) drop() {
+	c.mu.Lock()
+	c.dropLocked()
+	c.mu.Unlock()
+}
+
+func (c *frozenCache) dropLocked() {
+	// Start over rather than keep a big map: clear would keep its
+	// buckets.
+	c.entries, c.bytes = map[string]*frozenData{}, 0
+}
+
+// frozenKey is the cache key of ino under the frozen layers of a stack.
+func frozenKey(ino InodeID, frozen []LayerID) string {
+	b := make([]byte, 0, 8*(1+len(frozen)))
+	b = binary.BigEndian.AppendUint64(b, uint64(ino))
+	for _, l := range frozen {
+		b = binary.BigEndian.AppendUint64(b, uint64(l))
+	}
+	return string(b)
+}
+
 // frozenData is what the frozen layers of a stack hold of one inode's
-// data. layers and cuts are read only; groups is guarded by the view's
-// cacheMu, its slices read only once stored.
+// data. All but groups is read only; groups is guarded by the
+// frozenCache's mu, its slices read only once stored.
 type frozenData struct {
+	key    string    // frozenKey
+	stack  []LayerID // the frozen layers of the stack, top first
+	at     uint64    // the cache's seq before the filling READ's snapshot
 	layers []LayerID // frozen layers holding a record, top first, down to the first with cut 0
 	cuts   []uint64  // their records' Cut; 0 for a tombstone
 	// groups maps group g to the resolved references of blocks
@@ -41,10 +163,10 @@ type frozenData struct {
 	groups map[uint64][]resolved
 }
 
-// readGen is the Store's reference generation a READ began under.
+// readGen is what a READ needs of the cache, taken before its snapshot.
 type readGen struct {
-	gen uint64
-	ok  bool // the cache may be used: enabled and no reference change running
+	at uint64 // the cache's seq
+	ok bool   // the cache may be used
 }
 
 // readGen returns the generation for a READ about to begin.
@@ -52,13 +174,10 @@ func (f *View) readGen() readGen {
 	if f.opts.BlockCacheBytes < 0 {
 		return readGen{}
 	}
-	busy := f.s.refBusy.Load()
-	return readGen{gen: f.s.refGen.Load(), ok: busy == 0}
-}
-
-// canFill reports whether what a READ begun under rg read may be cached.
-func (f *View) canFill(rg readGen) bool {
-	return f.s.refBusy.Load() == 0 && f.s.refGen.Load() == rg.gen
+	c := f.s.frozen
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return readGen{at: c.seq, ok: true}
 }
 
 // newReadBlockReader is newBlockReader for a READ of an inode whose top
@@ -88,49 +207,77 @@ func (f *View) newReadBlockReader(tx kv.Txn, st state, ino InodeID, top *inode, 
 	return br, nil
 }
 
-// frozenDataOf returns the cached frozenData of ino, reading and caching
-// it on a miss.
+// frozenDataOf returns the cached frozenData of ino under st's frozen
+// layers, reading and caching it on a miss. The caller's snapshot is
+// fixed already (it read the top layer's record): an entry whose layers
+// are neither busy nor changed since it was filled then holds what the
+// snapshot shows.
 func (f *View) frozenDataOf(tx kv.Txn, st state, ino InodeID, rg readGen) (*frozenData, error) {
-	f.cacheMu.Lock()
-	if f.blocksGen == rg.gen && f.blocks != nil {
-		if fd, ok := f.blocks[ino]; ok {
-			f.cacheMu.Unlock()
-			return fd, nil
-		}
+	c := f.s.frozen
+	key := frozenKey(ino, st.stack[1:])
+	c.mu.Lock()
+	if fd, ok := c.entries[key]; ok && c.stableLocked(fd.stack, fd.at) {
+		c.mu.Unlock()
+		return fd, nil
 	}
-	f.cacheMu.Unlock()
+	c.mu.Unlock()
 	fr, err := f.frozenOf(tx, st, ino)
 	if err != nil {
 		return nil, err
 	}
-	fd := &frozenData{groups: map[uint64][]resolved{}}
+	fd := &frozenData{key: key, stack: append([]LayerID(nil), st.stack[1:]...), at: rg.at, groups: map[uint64][]resolved{}}
 	if fd.layers, fd.cuts, err = dataLayers(tx, fr.layers, ino); err != nil {
 		return nil, err
 	}
-	f.cacheMu.Lock()
-	defer f.cacheMu.Unlock()
-	if !f.canFill(rg) {
-		return fd, nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stableLocked(fd.stack, rg.at) {
+		return fd, nil // keep it to this READ
 	}
-	size := 96 + 16*len(fd.layers)
-	if f.blocks == nil || f.blocksGen != rg.gen || f.blocksBytes+size > f.opts.BlockCacheBytes {
-		f.blocks, f.blocksBytes, f.blocksGen = make(map[InodeID]*frozenData, 64), 0, rg.gen
-	}
-	if old, ok := f.blocks[ino]; ok { // a racing READ filled it
+	if old, ok := c.entries[key]; ok && c.stableLocked(old.stack, old.at) { // a racing READ filled it
 		return old, nil
 	}
-	f.blocks[ino] = fd
-	f.blocksBytes += size
+	size := fd.size()
+	if c.bytes+size > c.max {
+		c.dropLocked()
+	}
+	if old, ok := c.entries[key]; ok {
+		c.bytes -= old.sizeLocked()
+	}
+	c.entries[key] = fd
+	c.bytes += size
 	return fd, nil
+}
+
+// size estimates the memory of a new entry: the map slot, the key, the
+// entry and its slices.
+func (fd *frozenData) size() int { return 160 + 2*len(fd.key) + 8*len(fd.stack) + 16*len(fd.layers) }
+
+// sizeLocked is size with the groups the entry holds.
+func (fd *frozenData) sizeLocked() int {
+	n := fd.size()
+	for _, grp := range fd.groups {
+		n += groupSize(grp)
+	}
+	return n
+}
+
+// groupSize estimates the memory of a cached group.
+func groupSize(grp []resolved) int {
+	n := 48 + cacheGroup*32
+	for _, r := range grp {
+		n += len(r.ref)
+	}
+	return n
 }
 
 // frozenGroup returns the frozen layers' references of group g, from the
 // cache or resolved and cached.
 func (br *blockReader) frozenGroup(g uint64) ([]resolved, error) {
-	f, fd := br.f, br.frozen
-	f.cacheMu.Lock()
+	c, fd := br.f.s.frozen, br.frozen
+	c.mu.Lock()
 	grp, ok := fd.groups[g]
-	f.cacheMu.Unlock()
+	c.mu.Unlock()
 	if ok {
 		return grp, nil
 	}
@@ -148,24 +295,23 @@ func (br *blockReader) frozenGroup(g uint64) ([]resolved, error) {
 	if err != nil {
 		return nil, err
 	}
-	size := 48 + cacheGroup*32
-	for _, r := range grp {
-		size += len(r.ref)
+	size := groupSize(grp)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// The entry must still be the cache's and hold what this READ's
+	// snapshot shows: no change of its layers since either began.
+	if c.entries[fd.key] != fd || !c.stableLocked(fd.stack, min(fd.at, br.gen.at)) {
+		return grp, nil // keep it to this READ
 	}
-	f.cacheMu.Lock()
-	defer f.cacheMu.Unlock()
-	if !f.canFill(br.gen) || f.blocks[br.ino] != fd || f.blocksGen != br.gen.gen {
-		return grp, nil // dropped or started over meanwhile: keep it to this READ
-	}
-	if f.blocksBytes+size > f.opts.BlockCacheBytes {
-		f.blocks, f.blocksBytes = make(map[InodeID]*frozenData, 64), 0
+	if c.bytes+size > c.max {
+		c.dropLocked()
 		return grp, nil
 	}
 	if old, ok := fd.groups[g]; ok {
 		return old, nil
 	}
 	fd.groups[g] = grp
-	f.blocksBytes += size
+	c.bytes += size
 	return grp, nil
 }
 

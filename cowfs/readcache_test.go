@@ -19,8 +19,9 @@ import (
 // block reference keys transactions read (point reads and keys iterated).
 type layerKeyStore struct {
 	kv.Store
-	mu   sync.Mutex
-	read map[LayerID]int
+	dataOnly bool // count block reference keys only
+	mu       sync.Mutex
+	read     map[LayerID]int
 }
 
 func (c *layerKeyStore) View(ctx context.Context, fn func(kv.Txn) error) error {
@@ -32,7 +33,7 @@ func (c *layerKeyStore) Update(ctx context.Context, fn func(kv.Txn) error) error
 }
 
 func (c *layerKeyStore) note(k []byte) {
-	if len(k) > 9 && k[0] == pfxLayerData && (k[9] == kindData || k[9] == kindInode) {
+	if len(k) > 9 && k[0] == pfxLayerData && (k[9] == kindData || k[9] == kindInode && !c.dataOnly) {
 		c.mu.Lock()
 		c.read[LayerID(binary.BigEndian.Uint64(k[1:9]))]++
 		c.mu.Unlock()
@@ -127,7 +128,9 @@ func TestReadCacheNoFrozenKeys(t *testing.T) {
 // checkpoints and restores, folds, prunes, rechunks of frozen layers and
 // sweeps on one view (its caches kept across all of them), and checks the
 // files against a model after each step, READs repeated so they hit the
-// cache. A small cache bound makes it start over often.
+// cache, through the view and through another one opened over the same
+// stack, which shares the Store's cache. A small cache bound makes it
+// start over often.
 func TestReadCacheModel(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
@@ -219,8 +222,130 @@ func TestReadCacheModel(t *testing.T) {
 						op = "sweep"
 					}
 					checkFiles(t, fm, fmt.Sprintf("step %d (%s)", step, op), bs)
+					// A view opened afresh over the same stack shares
+					// the cache f filled and fills it for f.
+					g := sto.View(f.Stack())
+					checkFiles(t, &fileModel{t: t, f: g, files: fm.files}, fmt.Sprintf("step %d (%s), another view", step, op), bs)
+					g.Close()
 				}
 			})
 		}
+	}
+}
+
+// TestReadCacheSharedByViews: the frozen references one view resolved
+// serve the READs of every view over the same frozen layers, whatever
+// its top: a view opened again, or a sibling branch's. The first READ
+// through another view reads no block reference of the frozen layers
+// (only, once per view, their records of the inode).
+func TestReadCacheSharedByViews(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	cs := &layerKeyStore{Store: kvtest.NewStore(t), dataOnly: true, read: map[LayerID]int{}}
+	sto, f := newTestTree(t, cs, Options{BlockSize: bs})
+	data := randBytes(rand.New(rand.NewPCG(3, 4)), 200*bs)
+	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(a.Ino, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, y := pushLayer(t, f)
+	_, z := pushLayer(t, f) // stack: top, z (empty), y (the data)
+	read := func(v *View) map[LayerID]int {
+		t.Helper()
+		buf := make([]byte, len(data))
+		cs.reset()
+		n, _, err := v.ReadAt(a.Ino, buf, 0)
+		if err != nil || n != len(buf) || !bytes.Equal(buf, data) {
+			t.Fatalf("read: %d bytes, %v, or not the bytes written", n, err)
+		}
+		return cs.reset()
+	}
+	if first := read(f); first[y] == 0 {
+		t.Fatalf("the first READ read no key of the frozen layer: %v", first)
+	}
+	sibling, err := sto.NewLayerOver(ctx, z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, stack := range map[string][]LayerID{
+		"the same stack":  f.Stack(),
+		"a sibling's top": {sibling, z, y},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := sto.View(stack)
+			defer g.Close()
+			if got := read(g); got[y] != 0 || got[z] != 0 {
+				t.Fatalf("a new view's first READ read frozen layers' block references: %v (y=%d, z=%d)", got, y, z)
+			}
+		})
+	}
+}
+
+// TestReadCacheLayerChanges: a change of block references (rechunk here)
+// drops the cached references of the stacks holding the layer it changes,
+// for every view, and only those: rechunking a layer no stack of the
+// views holds leaves their cache alone.
+func TestReadCacheLayerChanges(t *testing.T) {
+	const bs = 4096
+	ctx := context.Background()
+	cs := &layerKeyStore{Store: kvtest.NewStore(t), dataOnly: true, read: map[LayerID]int{}}
+	sto, f := newTestTree(t, cs, Options{BlockSize: bs})
+	data := randBytes(rand.New(rand.NewPCG(5, 6)), 200*bs)
+	write := func(v *View, name string) InodeID {
+		t.Helper()
+		a, err := v.Create(RootIno, name, CreateGuarded, NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.WriteAt(a.Ino, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		return a.Ino
+	}
+	ino := write(f, "a")
+	_, y := pushLayer(t, f) // stack: top, y (the data)
+	g := sto.View(f.Stack())
+	defer g.Close()
+	// Another tree, whose layer no stack of f or g holds.
+	_, other := newTestTree(t, cs, Options{BlockSize: bs})
+	write(other, "b")
+	_, w := pushLayer(t, other)
+	read := func(v *View, when string) map[LayerID]int {
+		t.Helper()
+		buf := make([]byte, len(data))
+		cs.reset()
+		n, _, err := v.ReadAt(ino, buf, 0)
+		if err != nil || n != len(buf) || !bytes.Equal(buf, data) {
+			t.Fatalf("%s: read %d bytes, %v, or not the bytes written", when, n, err)
+		}
+		return cs.reset()
+	}
+	read(f, "first read")
+	rechunk := func(l LayerID) {
+		t.Helper()
+		rs, err := sto.Rechunk(ctx, l, 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs.Blocks == 0 {
+			t.Fatalf("rechunking layer %d swapped nothing (%+v): the test set-up is wrong", l, rs)
+		}
+	}
+	rechunk(w)
+	for _, v := range []*View{f, g} {
+		if got := read(v, "after another layer's rechunk"); got[y] != 0 {
+			t.Fatalf("a READ after rechunking a layer outside the stack read %d block references of the frozen layer, want 0", got[y])
+		}
+	}
+	rechunk(y)
+	sweep(t, sto) // the plain blocks the rechunk replaced are gone
+	if got := read(g, "after the frozen layer's rechunk"); got[y] == 0 {
+		t.Fatal("a READ after rechunking the frozen layer read none of its block references: it used those cached before")
+	}
+	if got := read(f, "again"); got[y] != 0 {
+		t.Fatalf("a READ after the refill read %d block references of the frozen layer, want 0", got[y])
 	}
 }

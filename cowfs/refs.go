@@ -32,20 +32,19 @@ func (r *refLog) set(tx kv.Txn, key, ref []byte) error {
 func (r *refLog) content(h []byte) { r.hashes = append(r.hashes, append([]byte(nil), h...)) }
 
 // updateRefs is Store.updateRefs.
-func (f *View) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
-	return f.s.updateRefs(ctx, fn)
+func (f *View) updateRefs(ctx context.Context, layers []LayerID, fn func(tx kv.Txn, refs *refLog) error) error {
+	return f.s.updateRefs(ctx, layers, fn)
 }
 
 // updateRefs runs fn in a read-write transaction under the tracker, and
 // records for a running sweep the hashes the committed attempt logged.
 // fn may change block references of frozen layers (rechunk, coalesce,
-// fold, merge): every view's cache of them is dropped (readcache.go).
-func (s *Store) updateRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
-	s.refBusy.Add(1)
-	defer func() {
-		s.refGen.Add(1)
-		s.refBusy.Add(-1)
-	}()
+// fold, merge), and of those only of layers: the cached references of
+// every stack holding one of them are not used from its start on, and
+// dropped once it ends (readcache.go).
+func (s *Store) updateRefs(ctx context.Context, layers []LayerID, fn func(tx kv.Txn, refs *refLog) error) error {
+	s.frozen.begin(layers)
+	defer s.frozen.end(layers)
 	return s.updateTopRefs(ctx, fn)
 }
 

@@ -25,12 +25,10 @@ type Store struct {
 	known     *knownBlobs   // blobs uploaded or found lately: with a blob store and no Leases, else nil; read only
 	blobWrite int           // how putBlob uploads (blobWriteCreate but in a benchmark)
 	format3   atomic.Bool   // the store is of format 3 (extentsFormat)
-	// refGen counts store-level changes of block references (rechunk,
-	// coalesce, fold, merge) and refBusy those in flight: the views' caches
-	// of frozen block references (readcache.go) are dropped when refGen
-	// moves and neither used nor filled while refBusy is non-zero.
-	refGen  atomic.Uint64
-	refBusy atomic.Int64
+	// frozen caches the frozen layers' block references for every view;
+	// store-level changes of references (rechunk, coalesce, fold, merge)
+	// tell it which layers they change (readcache.go). Read only.
+	frozen *frozenCache
 }
 
 // Open returns the Store of st. It checks the store's format (see
@@ -53,7 +51,7 @@ func Open(ctx context.Context, st kv.Store, opts Options) (*Store, error) {
 // newStore is Open without the format check.
 func newStore(st kv.Store, opts Options) *Store {
 	opts.EnsureDefaults()
-	s := &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, blobs: opts.Blobs, opts: opts, xs: newCrossSweep(opts.Leases)}
+	s := &Store{kv: st, alloc: newAllocator(st), tracker: &sweepTracker{}, blobs: opts.Blobs, opts: opts, xs: newCrossSweep(opts.Leases), frozen: newFrozenCache(opts.BlockCacheBytes)}
 	if opts.Blobs != nil && opts.Leases == nil {
 		s.known = newKnownBlobs()
 	}
