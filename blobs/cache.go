@@ -31,7 +31,26 @@ type CacheOptions struct {
 	// Logger receives warnings when the cache cannot write or finds a
 	// corrupt file (default slog.Default()).
 	Logger *slog.Logger
+	// OpenFiles bounds the cached files kept open between reads, the
+	// least recently used closed past it (default: half the process's
+	// RLIMIT_NOFILE, at most 32,768; negative: none, each hit opens and
+	// closes its file).
+	OpenFiles int
+	// Now is the clock that tells a file changed lately (default
+	// time.Now).
+	Now func() time.Time
 }
+
+// maxDefaultOpenFiles caps the default OpenFiles: 1 GiB of 32 KiB
+// blocks.
+const maxDefaultOpenFiles = 32768
+
+// racyAge is how long before a read a cached file must have last changed
+// (its ctime) for the read's check to be remembered: a file changed
+// again within the same timestamp tick as the checked read (1 s on
+// HFS+ and ext3, a few ms on ext4 and APFS) would show the same times.
+// Git calls this the "racy git" problem and solves it the same way.
+const racyAge = 2 * time.Second
 
 // EnsureDefaults fills zero fields with defaults.
 func (o *CacheOptions) EnsureDefaults() {
@@ -41,6 +60,15 @@ func (o *CacheOptions) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.OpenFiles == 0 {
+		o.OpenFiles = defaultOpenFiles()
+	}
+	if o.OpenFiles < 0 {
+		o.OpenFiles = 0
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 }
 
 // CacheStats counts what a Cache did since it was opened.
@@ -48,15 +76,20 @@ type CacheStats struct {
 	Hits, Misses int64 // Gets served from the cache, and from the backing store
 	Corrupt      int64 // cached files whose content did not match their key
 	Evicted      int64 // files removed to stay under MaxBytes
+	Checked      int64 // hits whose file was hashed (the rest were known good)
 	Files        int   // files cached now
 	Bytes        int64 // their bytes
+	Open         int   // files kept open now
 }
 
 // Cache is a Store that keeps the most recently used blobs of another
 // Store in files on local disk. Put writes through: it returns once the
 // backing store has the blob. Get checks a cached file against its key
-// before returning it; a file that does not match is removed and the blob
-// fetched again. The files of a previous Cache on the same directory are
+// the first time this Cache reads it, and again whenever the file's
+// identity (device, inode number, size, modification and change times)
+// differs from the one it had when it was checked; a file that does not
+// match is removed and the blob fetched again. Up to OpenFiles files stay
+// open between reads, so a hit is a pread and an fstat. The files of a previous Cache on the same directory are
 // used again, their modification times giving their recency: a Put sets
 // its file's, and Close those of the files read since (a hit changes no
 // file: a READ of a large file reads dozens of cached files, each one
@@ -79,14 +112,15 @@ type Cache struct {
 	idx    map[Key]*list.Element // of lru
 	bytes  int64
 	closed bool
+	open   *list.List // of *cacheEntry with an open file, most recently used first
 
 	// readSince is set when a hit moved a file to the front of lru since
 	// the files were last stamped (Close stamps them).
 	readSince bool
 
-	hits, misses, corrupt, evicted atomic.Int64
-	lastWarn                       atomic.Int64 // unix nanoseconds of the last write warning
-	lastStamp                      atomic.Int64 // unix nanoseconds of the last recency stamp
+	hits, misses, corrupt, evicted, checked atomic.Int64
+	lastWarn                                atomic.Int64 // unix nanoseconds of the last write warning
+	lastStamp                               atomic.Int64 // unix nanoseconds of the last recency stamp
 }
 
 // stamp records in p's times that it was used now, later than every file
@@ -104,10 +138,30 @@ func (c *Cache) stamp(p string) {
 	}
 }
 
+// cacheEntry is a cached file. All but key and size are guarded by
+// Cache.mu.
 type cacheEntry struct {
 	key  Key
 	size int64
-	read bool // a hit since its file was last stamped; guarded by Cache.mu
+	read bool // a hit since its file was last stamped
+
+	// f is the file kept open (nil: none), oel its element of Cache.open.
+	// Closing f while a reader uses it is safe: os.File defers the close
+	// until the read returns, and later reads fail with os.ErrClosed.
+	f   *os.File
+	oel *list.Element
+	// checked is the identity the file had when a read last found its
+	// content matching the key (the zero fileID: never).
+	checked fileID
+}
+
+// fileID is who a file is and when it last changed: any write to it, a
+// truncation, or a new file renamed over it changes one of these (a
+// process can set the modification time back, not the change time).
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime int64 // unix nanoseconds
 }
 
 var (
@@ -123,7 +177,7 @@ func OpenCache(back Store, o CacheOptions) (*Cache, error) {
 	if o.Dir == "" {
 		return nil, errors.New("blobs: the cache needs a directory")
 	}
-	c := &Cache{back: back, o: o, tmp: filepath.Join(o.Dir, "tmp"), lru: list.New(), idx: map[Key]*list.Element{}}
+	c := &Cache{back: back, o: o, tmp: filepath.Join(o.Dir, "tmp"), lru: list.New(), idx: map[Key]*list.Element{}, open: list.New()}
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("blobs: cache %s: %w; give a directory this user can write", o.Dir, err)
 	}
@@ -196,7 +250,7 @@ func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Corrupt: c.corrupt.Load(),
-		Evicted: c.evicted.Load(), Files: c.lru.Len(), Bytes: c.bytes}
+		Evicted: c.evicted.Load(), Checked: c.checked.Load(), Files: c.lru.Len(), Bytes: c.bytes, Open: c.open.Len()}
 }
 
 func (c *Cache) isClosed() bool {
@@ -290,23 +344,131 @@ func (c *Cache) GetInto(ctx context.Context, key Key, buf []byte) ([]byte, error
 // read returns the cached content of key if it is cached and matches, in
 // buf if it fits.
 func (c *Cache) read(key Key, buf []byte) ([]byte, bool) {
+	// A try fails over to the next when the file it used was closed or
+	// replaced under it; the next sees the index as it is now.
+	for range 3 {
+		if data, ok, again := c.readOnce(key, buf); !again {
+			return data, ok
+		}
+	}
+	return nil, false
+}
+
+// readOnce is one try of read; again asks for another.
+func (c *Cache) readOnce(key Key, buf []byte) (data []byte, ok, again bool) {
+	start := c.o.Now()
 	c.mu.Lock()
 	el, ok := c.idx[key]
-	var size int64
-	if ok {
-		c.lru.MoveToFront(el)
-		e := el.Value.(*cacheEntry)
-		e.read, c.readSince, size = true, true, e.size
+	if !ok {
+		c.mu.Unlock()
+		return nil, false, false
+	}
+	c.lru.MoveToFront(el)
+	e := el.Value.(*cacheEntry)
+	e.read, c.readSince = true, true
+	size, checked, f := e.size, e.checked, e.f
+	if f != nil {
+		c.open.MoveToFront(e.oel)
 	}
 	c.mu.Unlock()
-	if !ok {
-		return nil, false
-	}
+
 	p := c.path(key)
-	data, err := readCached(p, size, buf)
-	if err == nil && Sum(data) == key {
-		return data, true
+	own := false // f is this read's to close
+	if f == nil {
+		var err error
+		if f, err = os.Open(p); err != nil {
+			c.drop(el, p, nil, err)
+			return nil, false, false
+		}
+		f, own = c.keepOpen(el, f)
+		if f == nil {
+			return nil, false, true // removed meanwhile
+		}
 	}
+	data, id, nlink, err := readCached(f, size, buf)
+	if own {
+		f.Close()
+	}
+	switch {
+	case errors.Is(err, os.ErrClosed):
+		return nil, false, true // evicted or replaced meanwhile
+	case err != nil:
+		c.drop(el, p, data, err)
+		return nil, false, false
+	case nlink == 0:
+		// Removed, or replaced by a rename, behind this cache's back:
+		// read what the path names now.
+		c.closeFile(el, f)
+		return nil, false, true
+	case id.size != size:
+		c.drop(el, p, data, io.ErrUnexpectedEOF)
+		return nil, false, false
+	case id == checked:
+		return data, true, false
+	}
+	c.checked.Add(1)
+	if Sum(data) != key {
+		c.drop(el, p, data, nil)
+		return nil, false, false
+	}
+	if time.Unix(0, id.ctime).Add(racyAge).Before(start) {
+		c.mu.Lock()
+		if cur, ok := c.idx[key]; ok && cur == el {
+			e.checked = id
+		}
+		c.mu.Unlock()
+	}
+	return data, true, false
+}
+
+// keepOpen keeps f, just opened for el, among the open files, and returns
+// the file to read el with: f, or the file another reader kept first
+// (closing f), or f to close after the read (own) when no file is kept
+// open; nil when el was removed meanwhile.
+func (c *Cache) keepOpen(el *list.Element, f *os.File) (_ *os.File, own bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := el.Value.(*cacheEntry)
+	switch cur, ok := c.idx[e.key]; {
+	case !ok || cur != el || c.closed:
+		f.Close()
+		return nil, false
+	case e.f != nil:
+		f.Close()
+		return e.f, false
+	case c.o.OpenFiles == 0:
+		return f, true
+	}
+	e.f, e.oel = f, c.open.PushFront(e)
+	for c.open.Len() > c.o.OpenFiles {
+		c.closeLocked(c.open.Back().Value.(*cacheEntry))
+	}
+	return f, false
+}
+
+// closeFile closes el's open file if it is still f.
+func (c *Cache) closeFile(el *list.Element, f *os.File) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := el.Value.(*cacheEntry); e.f == f {
+		c.closeLocked(e)
+	}
+}
+
+// closeLocked closes e's open file, if any.
+func (c *Cache) closeLocked(e *cacheEntry) {
+	if e.f == nil {
+		return
+	}
+	e.f.Close()
+	c.open.Remove(e.oel)
+	e.f, e.oel = nil, nil
+}
+
+// drop removes el, whose file p could not be read (err) or did not match
+// its key (err nil or io.ErrUnexpectedEOF, data what was read), and says
+// why.
+func (c *Cache) drop(el *list.Element, p string, data []byte, err error) {
 	if err == nil || errors.Is(err, io.ErrUnexpectedEOF) {
 		c.corrupt.Add(1)
 		c.o.Logger.Warn("blobs: a cached file does not match its key: removed, fetching the blob again", "file", p, "bytes", len(data))
@@ -314,11 +476,10 @@ func (c *Cache) read(key Key, buf []byte) ([]byte, bool) {
 		c.o.Logger.Warn("blobs: cannot read a cached file: removed, fetching the blob again", "file", p, "err", err)
 	}
 	c.mu.Lock()
-	if cur, ok := c.idx[key]; ok && cur == el {
+	if cur, ok := c.idx[el.Value.(*cacheEntry).key]; ok && cur == el {
 		c.removeLocked(el)
 	}
 	c.mu.Unlock()
-	return nil, false
 }
 
 // insert caches data under key, evicting the least recently used files
@@ -359,9 +520,14 @@ func (c *Cache) insert(key Key, data []byte) {
 		}
 		c.stamp(p)
 		if el, ok := c.idx[key]; ok {
+			// The same content again, in a new file: the open one, if
+			// any, is the replaced file's.
 			c.lru.MoveToFront(el)
-			el.Value.(*cacheEntry).read = false // stamped now
-			return nil                          // the same content again
+			e := el.Value.(*cacheEntry)
+			e.read = false // stamped now
+			c.closeLocked(e)
+			e.checked = fileID{}
+			return nil
 		}
 		el := c.lru.PushFront(&cacheEntry{key: key, size: size})
 		c.idx[key] = el
@@ -392,6 +558,7 @@ func (c *Cache) evictLocked(keep *list.Element) {
 
 func (c *Cache) removeLocked(el *list.Element) {
 	e := el.Value.(*cacheEntry)
+	c.closeLocked(e) // a removed file is never read again, and its space is freed
 	c.lru.Remove(el)
 	delete(c.idx, e.key)
 	c.bytes -= e.size
@@ -457,6 +624,9 @@ func (c *Cache) Close() error {
 		return nil
 	}
 	c.closed = true
+	for c.open.Len() > 0 {
+		c.closeLocked(c.open.Front().Value.(*cacheEntry))
+	}
 	c.stampReadLocked()
 	c.lock.Close() // releases the directory's lock
 	c.mu.Unlock()

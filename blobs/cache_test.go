@@ -315,12 +315,19 @@ func TestCacheWriteThrough(t *testing.T) {
 
 // TestCacheConcurrent: Gets, Puts and evictions from many goroutines on a
 // cache that holds a third of the blobs always return the right content
-// and keep the cache within its limit.
+// and keep the cache within its limit, whether it keeps its files open
+// (and closes them on eviction while others read them) or not.
 func TestCacheConcurrent(t *testing.T) {
+	for _, open := range []int{0, 2, -1} {
+		t.Run(fmt.Sprintf("open=%d", open), func(t *testing.T) { testCacheConcurrent(t, open) })
+	}
+}
+
+func testCacheConcurrent(t *testing.T, open int) {
 	back := &counting{Store: blobs.NewMem()}
 	dir := t.TempDir()
 	const n, size = 30, 1000
-	c := openCache(t, back, dir, n/3*size)
+	c := openCacheOpts(t, back, blobs.CacheOptions{Dir: dir, MaxBytes: n / 3 * size, OpenFiles: open, Now: later})
 	for i := range n {
 		k, data := blob(i, size)
 		if err := back.Store.Put(bg, k, data); err != nil {
@@ -357,7 +364,7 @@ func TestCacheConcurrent(t *testing.T) {
 	}
 	st := c.Stats()
 	files, bytes := dirBytes(t, dir)
-	if st.Bytes > n/3*size || files != st.Files || bytes != st.Bytes || st.Corrupt != 0 {
+	if st.Bytes > n/3*size || files != st.Files || bytes != st.Bytes || st.Corrupt != 0 || (open > 0 && st.Open > open) {
 		t.Fatalf("stats %+v, %d files of %d bytes on disk", st, files, bytes)
 	}
 }

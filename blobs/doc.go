@@ -14,8 +14,11 @@
 //     S3Options.RetryFor; past that an operation fails with
 //     ErrUnavailable, naming the endpoint and what to check.
 //   - Cache (OpenCache): a bounded cache on local disk in front of any
-//     Store. Reads are served from it when they can, after their hash is
-//     checked (a corrupt file is dropped and fetched again); writes go
+//     Store. Reads are served from it when they can, its files' hashes
+//     checked on their first read and again whenever a file's identity
+//     (fstat: device, inode, size, times) changes (a corrupt file is
+//     dropped and fetched again); files stay open between reads, up to
+//     CacheOptions.OpenFiles; writes go
 //     through to the backing store before they return; the least recently
 //     used files are evicted past Options.MaxBytes; the cache survives a
 //     restart.
