@@ -334,16 +334,73 @@ func (f *View) known(tx kv.Txn, st state, ino InodeID) (*inode, error) {
 	return n, err
 }
 
-// update runs fn in a read-write transaction on a writable view, holding
-// nsMu when ns is set.
-func (f *View) update(op, name string, ns bool, fn func(tx kv.Txn, st state) error) error {
-	if ns {
-		f.nsMu.Lock()
-		defer f.nsMu.Unlock()
-	}
+// dirMark names the directory inode a namespace change writes and the
+// ctime (nanoseconds, from now()) the change gives it. After a commit of
+// unknown outcome the directory's record in the top layer tells whether
+// the change was applied: nsMu is held and only this view (the branch's
+// owner) writes the branch, so the record has either the ctime the change
+// wrote or the one it had before.
+type dirMark struct {
+	dir   InodeID
+	ctime int64
+}
+
+// set records d, as the transaction stores it, as the change's mark.
+func (m *dirMark) set(d *inode) { m.dir, m.ctime = d.Ino, d.Ctime }
+
+// unknownAttempts bounds how often nsUpdate runs a change whose commits
+// were not applied though their answers were lost.
+const unknownAttempts = 3
+
+// nsUpdate is update, with nsMu held, for a single-entry namespace change
+// (CREATE, MKDIR, MKNOD, SYMLINK, LINK, REMOVE, RMDIR, RENAME) whose fn
+// records in mk the directory it changes. When the commit's answer is
+// lost (kv.ErrUnknownOutcome: an etcd leader lost mid-commit) it reads
+// the directory again: if the change was applied it succeeds; if not,
+// nothing changed and it runs the change again. If the store cannot be
+// read either, the unknown outcome is the error: the client's retry
+// then meets the state as it is (a REMOVE whose change was applied
+// answers NFS3ERR_NOENT).
+func (f *View) nsUpdate(op, name string, fn func(tx kv.Txn, st state, mk *dirMark) error) error {
+	f.nsMu.Lock()
+	defer f.nsMu.Unlock()
 	return f.write(op, name, func(st state) error {
-		return f.store.Update(f.ctx, func(tx kv.Txn) error { return fn(tx, st) })
+		for attempt := 1; ; attempt++ {
+			var mk dirMark
+			err := f.store.Update(f.ctx, func(tx kv.Txn) error {
+				mk = dirMark{}
+				return fn(tx, st, &mk)
+			})
+			if !errors.Is(err, kv.ErrUnknownOutcome) || mk.dir == 0 {
+				return err
+			}
+			applied, rerr := f.markApplied(st, mk)
+			switch {
+			case rerr != nil:
+				f.opts.Logger.Warn("cowfs: outcome of a change unknown, and the store cannot be read to learn it",
+					"op", op, "path", name, "err", err, "read_err", rerr)
+				return err
+			case applied:
+				f.opts.Logger.Info("cowfs: a change whose answer was lost was applied", "op", op, "path", name)
+				return nil
+			case attempt == unknownAttempts:
+				return err
+			}
+			f.opts.Logger.Info("cowfs: a change whose answer was lost was not applied; running it again", "op", op, "path", name)
+		}
 	})
+}
+
+// markApplied reads the top layer's record of mk's directory: it carries
+// mk's ctime if the change that set mk was applied.
+func (f *View) markApplied(st state, mk dirMark) (bool, error) {
+	var applied bool
+	err := f.store.View(f.ctx, func(tx kv.Txn) error {
+		n, err := layerInode(tx, st.stack[0], mk.dir)
+		applied = err == nil && n != nil && n.Ctime == mk.ctime
+		return err
+	})
+	return applied, err
 }
 
 // write runs commit with the view's current stack, which stays the stack
@@ -411,7 +468,7 @@ func (f *View) create(dir InodeID, name string, how CreateHow, a NewAttr, verf u
 		n.HasVerf, n.Verifier = true, verf
 	}
 	var out Attr
-	err = f.update("create", name, true, func(tx kv.Txn, st state) error {
+	err = f.nsUpdate("create", name, func(tx kv.Txn, st state, mk *dirMark) error {
 		d, err := f.dirForWrite(tx, st, dir)
 		if err != nil {
 			return err
@@ -443,6 +500,7 @@ func (f *View) create(dir InodeID, name string, how CreateHow, a NewAttr, verf u
 		if err := f.addEntry(tx, st, d, s, n, name); err != nil {
 			return err
 		}
+		mk.set(d)
 		out = n.attr()
 		return nil
 	})
@@ -478,7 +536,7 @@ func (f *View) mknode(dir InodeID, name string, t FileType, a NewAttr, target st
 		n.Target = target
 	}
 	var out Attr
-	err = f.update(op, name, true, func(tx kv.Txn, st state) error {
+	err = f.nsUpdate(op, name, func(tx kv.Txn, st state, mk *dirMark) error {
 		d, err := f.dirForWrite(tx, st, dir)
 		if err != nil {
 			return err
@@ -490,6 +548,7 @@ func (f *View) mknode(dir InodeID, name string, t FileType, a NewAttr, target st
 		if err := f.addEntry(tx, st, d, s, n, name); err != nil {
 			return err
 		}
+		mk.set(d)
 		out = n.attr()
 		return nil
 	})
@@ -501,7 +560,7 @@ func (f *View) link(ino, dir InodeID, name string) (Attr, error) {
 		return Attr{}, pathErr("link", name, e)
 	}
 	var out Attr
-	err := f.update("link", name, true, func(tx kv.Txn, st state) error {
+	err := f.nsUpdate("link", name, func(tx kv.Txn, st state, mk *dirMark) error {
 		n, err := f.inodeForWrite(tx, st, ino)
 		if err != nil {
 			return err
@@ -526,6 +585,7 @@ func (f *View) link(ino, dir InodeID, name string) (Attr, error) {
 		if err := f.addEntry(tx, st, d, s, n, name); err != nil {
 			return err
 		}
+		mk.set(d)
 		out = n.attr()
 		return nil
 	})
@@ -654,7 +714,7 @@ func (f *View) remove(dir InodeID, name string, isDir bool) error {
 		return pathErr(op, name, e)
 	}
 	var left []leftData
-	err := f.update(op, name, true, func(tx kv.Txn, st state) error {
+	err := f.nsUpdate(op, name, func(tx kv.Txn, st state, mk *dirMark) error {
 		left = left[:0]
 		d, err := f.dirForWrite(tx, st, dir)
 		if err != nil {
@@ -690,6 +750,7 @@ func (f *View) remove(dir InodeID, name string, isDir bool) error {
 		if err := f.put(tx, st, d); err != nil {
 			return err
 		}
+		mk.set(d)
 		return f.dropLink(tx, st, n, dir, en.Name, &left)
 	})
 	if err == nil {
@@ -742,7 +803,7 @@ func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName st
 		}
 	}
 	var left []leftData
-	err := f.update("rename", srcName, true, func(tx kv.Txn, st state) error {
+	err := f.nsUpdate("rename", srcName, func(tx kv.Txn, st state, mk *dirMark) error {
 		left = left[:0]
 		sd, err := f.dirForWrite(tx, st, srcDir)
 		if err != nil {
@@ -776,7 +837,7 @@ func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName st
 				if ds == ss && srcDir == dstDir && de.Name != dstName {
 					// The other Unicode form of the same name: store
 					// the new spelling, as APFS does.
-					return f.respell(tx, st, sd, ss, se, dstName)
+					return f.respell(tx, st, sd, ss, se, dstName, mk)
 				}
 				return nil // same file: POSIX says do nothing
 			}
@@ -835,6 +896,7 @@ func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName st
 		if err := f.put(tx, st, sd); err != nil {
 			return err
 		}
+		mk.set(sd)
 		return f.put(tx, st, n)
 	})
 	if err == nil {
@@ -845,7 +907,7 @@ func (f *View) rename(srcDir InodeID, srcName string, dstDir InodeID, dstName st
 
 // respell stores entry e of directory d at slot s under name, another
 // spelling of the same name, in the entry and in its inode's link.
-func (f *View) respell(tx kv.Txn, st state, d *inode, s uint64, e entry, name string) error {
+func (f *View) respell(tx kv.Txn, st state, d *inode, s uint64, e entry, name string, mk *dirMark) error {
 	n, err := f.inodeForWrite(tx, st, e.Ino)
 	if err != nil {
 		return err
@@ -865,6 +927,7 @@ func (f *View) respell(tx kv.Txn, st state, d *inode, s uint64, e entry, name st
 	if err := f.put(tx, st, d); err != nil {
 		return err
 	}
+	mk.set(d)
 	return f.put(tx, st, n)
 }
 
