@@ -118,8 +118,9 @@ type View struct {
 	stop  context.CancelFunc
 
 	// Lock order: nsMu or one dataMu stripe, then mu, then cacheMu; a
-	// writer takes its Store's sweepTracker lock inside mu (docs/design.md,
-	// "Lock order").
+	// writer takes its Store's sweepTracker lock inside mu, and the
+	// Store's frozen-reference cache lock (frozenCache.mu) is a leaf
+	// (docs/design.md, "Lock order").
 
 	// nsMu serialises namespace changes (create, link, unlink, rename, ...),
 	// so they never conflict with each other.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -16,10 +17,21 @@ import (
 
 // countingStore counts the transactions, point reads (Get, GetFunc, Has)
 // and key iterations (Iterate calls, and the keys they pass on) of a
-// kv.Store's View and Update calls.
+// kv.Store's View and Update calls, and apart the block reference keys
+// read of the layers in watch (cowfs's layout: 'l' layer(8) 'd' ...),
+// which other clients' work does not touch.
 type countingStore struct {
 	kv.Store
 	txns, points, iters, keys atomic.Int64
+	watch                     atomic.Pointer[map[uint64]bool]
+	watched                   atomic.Int64
+}
+
+// note counts k if it is a block reference key of a watched layer.
+func (c *countingStore) note(k []byte) {
+	if w := c.watch.Load(); w != nil && len(k) > 9 && k[0] == 'l' && k[9] == 'd' && (*w)[binary.BigEndian.Uint64(k[1:9])] {
+		c.watched.Add(1)
+	}
 }
 
 func (c *countingStore) View(ctx context.Context, fn func(kv.Txn) error) error {
@@ -33,10 +45,10 @@ func (c *countingStore) Update(ctx context.Context, fn func(kv.Txn) error) error
 }
 
 // storeReads is what a countingStore counted.
-type storeReads struct{ txns, points, iters, keys int64 }
+type storeReads struct{ txns, points, iters, keys, watched int64 }
 
 func (c *countingStore) snapshot() storeReads {
-	return storeReads{c.txns.Load(), c.points.Load(), c.iters.Load(), c.keys.Load()}
+	return storeReads{c.txns.Load(), c.points.Load(), c.iters.Load(), c.keys.Load(), c.watched.Load()}
 }
 
 type countingTxn struct {
@@ -46,11 +58,13 @@ type countingTxn struct {
 
 func (t countingTxn) Get(k []byte) ([]byte, error) {
 	t.c.points.Add(1)
+	t.c.note(k)
 	return t.Txn.Get(k)
 }
 
 func (t countingTxn) GetFunc(k []byte, fn func([]byte) error) error {
 	t.c.points.Add(1)
+	t.c.note(k)
 	return t.Txn.GetFunc(k, fn)
 }
 
@@ -63,6 +77,7 @@ func (t countingTxn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v [
 	t.c.iters.Add(1)
 	return t.Txn.Iterate(prefix, start, keysOnly, func(k, v []byte) (bool, error) {
 		t.c.keys.Add(1)
+		t.c.note(k)
 		return fn(k, v)
 	})
 }
@@ -74,6 +89,9 @@ type inheritedRun struct {
 	Ratio     float64 `json:"d3_vs_main"`
 	MainPerOp string  `json:"main_per_read"`
 	D3PerOp   string  `json:"d3_per_read"`
+	// D3Frozen is the block reference keys of d3's frozen layers read
+	// per READ of d3.
+	D3Frozen float64 `json:"d3_frozen_refs_per_read"`
 }
 
 // profileInherited writes data to inherited.bin in main, forks d1, d2 and
@@ -98,6 +116,15 @@ func profileInherited(ctx context.Context, m *branches.Manager, counts *counting
 	}
 	d3 := t
 	d3.Export = "/d3"
+	v, _, err := m.View("d3")
+	if err != nil {
+		return nil, err
+	}
+	frozen := map[uint64]bool{}
+	for _, l := range v.Stack()[1:] {
+		frozen[uint64(l)] = true
+	}
+	counts.watch.Store(&frozen)
 	stop := func() error { return nil }
 	if churn {
 		stop = startChurn(ctx, m, t)
@@ -129,6 +156,7 @@ func profileInherited(ctx context.Context, m *branches.Manager, counts *counting
 		c2 := counts.snapshot()
 		r.MainMiBs, r.D3MiBs, r.Ratio = mv, dv, dv/mv
 		r.MainPerOp, r.D3PerOp = per(c0, c1), per(c1, c2)
+		r.D3Frozen = float64(c2.watched-c1.watched) / float64(reads)
 		out = append(out, r)
 	}
 	if err := stop(); err != nil {
