@@ -618,6 +618,14 @@ func (t *badgerTxn) GetFunc(key []byte, fn func([]byte) error) error {
 	return mapErr(err)
 }
 
+// ConcurrentGets: a read-only Badger transaction only reads its fixed
+// read timestamp and the database, each Get makes an Item of its own, and
+// value logs are read under read locks; the residency trims take their
+// own locks (trim, trimKey). A read-write one tracks its reads in a map.
+func (t *badgerTxn) ConcurrentGets() bool { return !t.rw }
+
+var _ ConcurrentReader = (*badgerTxn)(nil)
+
 func (t *badgerTxn) Has(key []byte) (bool, error) {
 	_, err := t.t.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {

@@ -134,6 +134,17 @@ type Prefetcher interface {
 	Prefetch(keys [][]byte, ranges []IterRange) error
 }
 
+// ConcurrentReader is a Txn whose GetFunc may run on several goroutines at
+// once, all inside the callback that received the Txn (a READ fetching its
+// blocks in parallel). A caller checks for it with a type assertion and
+// reads from one goroutine at a time when a Txn does not implement it or
+// ConcurrentGets reports false.
+type ConcurrentReader interface {
+	// ConcurrentGets reports whether GetFunc is safe on several goroutines
+	// at once in this transaction.
+	ConcurrentGets() bool
+}
+
 // IterRange names the keys an Iterate call reads: those with Prefix that
 // are >= Start.
 type IterRange struct {
