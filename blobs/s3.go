@@ -40,7 +40,7 @@ type S3Options struct {
 	AccessKey, SecretKey, SessionToken string
 	// RetryFor is how long an operation retries transient failures (no
 	// connection, a timeout, a 5xx answer, throttling) before it returns
-	// ErrUnavailable (default 30 s).
+	// ErrUnavailable (default 10 s).
 	RetryFor time.Duration
 	// RequestTimeout bounds one attempt of a request (default 60 s).
 	RequestTimeout time.Duration
@@ -55,7 +55,7 @@ func (o *S3Options) EnsureDefaults() {
 		o.Endpoint = "s3.amazonaws.com"
 	}
 	if o.RetryFor <= 0 {
-		o.RetryFor = 30 * time.Second
+		o.RetryFor = 10 * time.Second
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 60 * time.Second

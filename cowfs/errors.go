@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"syscall"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
 )
 
@@ -32,6 +33,10 @@ func toErrno(err error) syscall.Errno {
 		return syscall.EFBIG
 	case errors.Is(err, kv.ErrClosed):
 		return syscall.ESTALE
+	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, kv.ErrUnknownOutcome), errors.Is(err, blobs.ErrUnavailable):
+		// The store or the blob store does not answer for now: the
+		// same call may succeed later (NFS3ERR_JUKEBOX).
+		return syscall.EAGAIN
 	case errors.Is(err, fs.ErrNotExist):
 		return syscall.ENOENT
 	case errors.Is(err, fs.ErrExist):
@@ -63,8 +68,11 @@ func wrapLog(log *slog.Logger, op, path string, err error) error {
 			return &fs.PathError{Op: op, Path: path, Err: pe.Err}
 		}
 	}
-	if toErrno(err) == syscall.EIO {
+	switch e := toErrno(err); e {
+	case syscall.EIO:
 		log.Warn("cowfs: unexpected error", "op", op, "path", path, "err", err)
+	case syscall.EAGAIN:
+		log.Warn("cowfs: store unavailable; the client is told to try again later", "op", op, "path", path, "err", err)
 	}
 	return pathErr(op, path, toErrno(err))
 }

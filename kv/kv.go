@@ -172,6 +172,11 @@ var (
 	// cancellation, lost connection): it may or may not have been applied.
 	// The caller must read the state again before deciding to retry.
 	ErrUnknownOutcome = errors.New("kv: transaction outcome unknown")
+	// ErrUnavailable is returned by a store reached over the network when
+	// it cannot serve a request for now (no leader, no member answering):
+	// nothing was applied, and the same request may succeed later. Stores
+	// wrap it in their own errors (etcdkv.ErrUnavailable).
+	ErrUnavailable = errors.New("kv: store unavailable")
 	// ErrSyncFailed is returned by Sync once an fsync has failed: the
 	// store cannot tell any more which transactions are durable, and every
 	// later Sync fails until it is opened again.

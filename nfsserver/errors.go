@@ -7,7 +7,9 @@ import (
 
 	nfs "github.com/willscott/go-nfs"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/kv"
 )
 
 // Errors the server raises itself, besides the syscall.Errno values it
@@ -48,6 +50,11 @@ func nfsStatus(err error) (st nfs.NFSStatus, ok bool) {
 	case errors.Is(err, branches.ErrReadOnly), errors.Is(err, branches.ErrNotOwner):
 		// Not owned: another server of a shared store writes the branch.
 		return nfs.NFSStatusROFS, true
+	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, kv.ErrUnknownOutcome), errors.Is(err, blobs.ErrUnavailable):
+		// The metadata cluster or the bucket does not answer for now
+		// (cowfs says so with EAGAIN, below): the client retries later
+		// and keeps its buffered writes (docs/nfs.md, "Errors").
+		return nfs.NFSStatusJukebox, true
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
@@ -90,6 +97,8 @@ func nfsStatus(err error) (st nfs.NFSStatus, ok bool) {
 			return nfs.NFSStatusStale, true
 		case syscall.ENOTSUP:
 			return nfs.NFSStatusNotSupp, true
+		case syscall.EAGAIN:
+			return nfs.NFSStatusJukebox, true
 		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

@@ -26,7 +26,7 @@ import (
 //	blocks             s3://bucket/prefix?endpoint=...: content in S3 (absent: in the metadata store)
 //	blocks_cache       the disk cache of blocks (default STORE/blocks-cache)
 //	blocks_cache_size  its bound in bytes (default 1 GiB)
-//	blocks_retry       how long an S3 request retries before it fails, e.g. "30s"
+//	blocks_retry       how long an S3 request retries before the client is told to retry, e.g. "10s"
 //
 // meta and blocks are fixed when the store is created; the cache and retry
 // settings may change with the flags of a later init or serve.
@@ -34,7 +34,7 @@ const (
 	backendFileName     = "backend.json"
 	blocksCacheDirName  = "blocks-cache"
 	defaultBlocksCache  = 1 << 30
-	defaultBlocksRetry  = 30 * time.Second
+	defaultBlocksRetry  = 10 * time.Second
 	backendFileTempName = "backend.json.tmp"
 )
 
@@ -59,7 +59,7 @@ func (f *backendFlags) AddFlags(cmd *cobra.Command) {
 		"keep block content in S3, s3://bucket/prefix?endpoint=host:port&region=R&insecure=1, credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (recorded in STORE/backend.json at creation)")
 	cmd.Flags().StringVar(&f.BlocksCache, "blocks-cache", "", "directory of the local cache of S3 blocks (default STORE/"+blocksCacheDirName+")")
 	cmd.Flags().StringVar(&f.BlocksCacheSize, "blocks-cache-size", "", "bound of the local cache of S3 blocks, e.g. 4G (default 1G)")
-	cmd.Flags().StringVar(&f.BlocksRetry, "blocks-retry", "", "how long an S3 request retries before the write or read fails, e.g. 30s (default 30s)")
+	cmd.Flags().StringVar(&f.BlocksRetry, "blocks-retry", "", "how long an S3 request retries before the client is told to retry the call later, e.g. 10s (default 10s)")
 }
 
 // config returns the configuration the flags ask for, nil if none was

@@ -135,11 +135,11 @@ func Open(cfg clientv3.Config, opts Options) (kv.Store, error) {
 // revision returns the cluster's current revision with a linearizable read:
 // every transaction committed before the call is at or below it.
 func (s *store) revision(ctx context.Context) (int64, error) {
-	ctx, cancel := s.reqCtx(ctx)
+	rctx, cancel := s.reqCtx(ctx)
 	defer cancel()
-	resp, err := s.kv.Get(ctx, "\x00", clientv3.WithCountOnly())
+	resp, err := s.kv.Get(rctx, "\x00", clientv3.WithCountOnly())
 	if err != nil {
-		return 0, s.mapErr(err, 0)
+		return 0, s.mapReadErr(ctx, err, 0)
 	}
 	return resp.Header.Revision, nil
 }
@@ -456,6 +456,22 @@ func (s *store) mapErr(err error, rev int64) error {
 	return err
 }
 
+// mapReadErr is mapErr for a read, which changes nothing: when the
+// request's own time-out passed (ctx, the caller's, still runs) or no
+// member could be reached, the cluster is unavailable, and the caller may
+// try again later.
+func (s *store) mapReadErr(ctx context.Context, err error, rev int64) error {
+	mapped := s.mapErr(err, rev)
+	if ctx.Err() != nil || errors.Is(mapped, ErrUnavailable) || s.closed.Load() {
+		return mapped
+	}
+	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded || status.Code(err) == codes.Unavailable {
+		return fmt.Errorf("%w: no etcd member answered a read within %v (%w); check that a majority of the cluster's members run and reach each other",
+			ErrUnavailable, s.opts.RequestTimeout, err)
+	}
+	return mapped
+}
+
 // write is one buffered Set (del false) or Delete.
 type write struct {
 	val []byte
@@ -548,7 +564,7 @@ func (t *txn) fetch(key []byte, keysOnly bool) ([]byte, bool, error) {
 		}
 		resp, err := t.get(string(key), opts...)
 		if err != nil {
-			return nil, false, t.s.mapErr(err, t.rev)
+			return nil, false, t.s.mapReadErr(t.ctx, err, t.rev)
 		}
 		t.rev = cmp.Or(t.rev, resp.Header.Revision)
 		if len(resp.Kvs) > 0 {
@@ -670,7 +686,7 @@ func (t *txn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) 
 		} else {
 			resp, err := t.get(string(from), t.pageOpts(hi, keysOnly)...)
 			if err != nil {
-				return t.s.mapErr(err, t.rev)
+				return t.s.mapReadErr(t.ctx, err, t.rev)
 			}
 			t.rev = cmp.Or(t.rev, resp.Header.Revision)
 			kvs, more = resp.Kvs, resp.More
@@ -795,7 +811,7 @@ func (t *txn) Prefetch(keys [][]byte, ranges []kv.IterRange) error {
 	defer cancel()
 	resp, err := t.s.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return t.s.mapErr(err, t.rev)
+		return t.s.mapReadErr(t.ctx, err, t.rev)
 	}
 	if len(resp.Responses) != len(wants) {
 		return fmt.Errorf("etcdkv: prefetch: %d answers to %d reads from the etcd cluster", len(resp.Responses), len(wants))
