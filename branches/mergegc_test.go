@@ -4,14 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 
-	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/cowfs"
-	"github.com/branchnfs/branchnfs/kv/etcdkv"
-	"github.com/branchnfs/branchnfs/kv/etcdkv/etcdtest"
 )
 
 // TestSharedGCKeepsMergingLayer runs two Managers on one etcd prefix and
@@ -23,45 +19,17 @@ import (
 func TestSharedGCKeepsMergingLayer(t *testing.T) {
 	defer branches.SetSharedLayerGrace(0)()
 	ctx := context.Background()
-	c := etcdtest.StartCluster(t, etcdtest.Options{})
-	const prefix = "/mergegc/"
-	bucket := blobs.NewMem()
-	open := func() *branches.Manager {
-		m, err := branches.Open(ctx, branches.Options{Store: c.NewStore(t, etcdkv.Options{Prefix: prefix}), ReclaimDelay: -1,
-			FS: cowfs.Options{Blobs: bucket, Leases: c.NewCoord(t, etcdkv.Options{Prefix: prefix}).ServerLease(0)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
+	ss := newSharedStore(t, "/mergegc/")
+	open := ss.open
 	a := open()
 	b := open()
-	r := rand.New(rand.NewPCG(3, 7))
-	write := func(m *branches.Manager, branch, name string, n int) []byte {
-		t.Helper()
-		data := make([]byte, n)
-		for i := range data {
-			data[i] = byte(r.Uint32())
-		}
-		v, _, err := m.View(branch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := v.Create(cowfs.RootIno, name, cowfs.CreateGuarded, cowfs.NewAttr{Mode: 0o644}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := v.WriteAt(f.Ino, data, 0); err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
 	must(a.Fork(ctx, "main", "x"))(t)
-	want := map[string][]byte{"m": write(a, "main", "m", 40<<10)} // main changed: no fast path
+	want := map[string][]byte{"m": gcData(31, 40<<10)} // main changed: no fast path
+	gcWrite(t, a, "main", "m", want["m"])
 	for i := range 3 {
 		name := fmt.Sprintf("f%d", i)
-		want[name] = write(a, "x", name, 100<<10)
+		want[name] = gcData(uint64(32+i), 100<<10)
+		gcWrite(t, a, "x", name, want[name])
 	}
 	gcs := 0
 	a.SetMergeHook(func() {
@@ -79,19 +47,10 @@ func TestSharedGCKeepsMergingLayer(t *testing.T) {
 	if res.FastPath || gcs != 2 {
 		t.Fatalf("the commit took the fast path (%v) or B's gc ran %d times, not during a merge", res.FastPath, gcs)
 	}
-	v, _, err := open().View("main")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := open()
 	for name, data := range want {
-		fa, err := v.Lookup(cowfs.RootIno, name)
-		if err != nil {
-			t.Fatalf("main/%s after the commit: %v", name, err)
-		}
-		got := make([]byte, len(data)+1)
-		n, _, err := v.ReadAt(fa.Ino, got, 0)
-		if err != nil || !bytes.Equal(got[:n], data) {
-			t.Fatalf("main/%s after the commit: %d of %d bytes, equal %v, err %v", name, n, len(data), bytes.Equal(got[:n], data), err)
+		if got := gcRead(t, c, "main", name); !bytes.Equal(got, data) {
+			t.Fatalf("main/%s after the commit: %d of %d bytes, equal %v", name, len(got), len(data), bytes.Equal(got, data))
 		}
 	}
 	// Once x is committed, its merge layer is main's and a later gc on
@@ -99,7 +58,7 @@ func TestSharedGCKeepsMergingLayer(t *testing.T) {
 	if _, err := b.GC(ctx); err != nil {
 		t.Fatal(err)
 	}
-	v, _, err = open().View("main")
+	v, _, err := open().View("main")
 	if err != nil {
 		t.Fatal(err)
 	}
