@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -71,8 +72,14 @@ func BenchmarkKernelTree(b *testing.B) {
 	script := kernelBenchScript(cfg, tree)
 	procs := newProcCounter(cfg.Servers)
 	client := newClientCounter()
+	watch := map[string]int{}
+	for _, s := range cfg.Servers {
+		if s.PID > 0 {
+			watch[s.Name] = s.PID
+		}
+	}
 	b.ResetTimer()
-	res := bootGuest(b, img, helper, script, map[string]string{}, map[string]hostAction{"procs": procs.snapshot, "mstats": client.snapshot}, 60*time.Minute,
+	res := bootGuest(b, img, helper, script, map[string]string{}, map[string]hostAction{"procs": procs.snapshot, "mstats": client.snapshot}, watch, 60*time.Minute,
 		guestFile{Path: "tree.tar", Src: filepath.Join(dir, "tree.tar")}, guestFile{Path: "sums.txt", Src: filepath.Join(dir, "sums.txt")})
 	b.StopTimer()
 	out := kernelBenchResult{Tree: tree, Boot: res.boot.Seconds()}
@@ -90,10 +97,11 @@ func BenchmarkKernelTree(b *testing.B) {
 				if len(smp.Procs) > 0 {
 					counted = append(counted, name+": "+formatProcs(smp.Procs))
 				}
-				smp.Client = client.step(s.Name, (r-1)*len(kernelBenchSteps)+i)
+				smp.Client, smp.Events = client.step(s.Name, (r-1)*len(kernelBenchSteps)+i)
 				if len(smp.Client) > 0 {
 					counted = append(counted, name+" (client): "+formatClient(smp.Client))
 				}
+				smp.CPU, smp.CPUBefore = stepCPU(res, name)
 				switch st := res.steps[name]; {
 				case st == nil:
 					smp.Error = "step not reported by the guest"
@@ -149,6 +157,9 @@ type benchServer struct {
 	// the calls it served per procedure are read from its control socket
 	// around every timed step.
 	Store string `json:"store,omitempty"`
+	// PID is the server's process on the host, if known: its CPU time is
+	// read around every step.
+	PID int `json:"pid,omitempty"`
 }
 
 type kernelBenchResult struct {
@@ -174,6 +185,35 @@ type kernelBenchSample struct {
 	// during the step, per operation ("LOOKUP"), from the per-op
 	// statistics of /proc/self/mountstats: for every server.
 	Client map[string]clientOp `json:"client,omitempty"`
+	// Events are the client's event counters of the mount during the
+	// step (the "events:" and "bytes:" lines of its mountstats; see
+	// eventNames), those that changed.
+	Events map[string]uint64 `json:"client_events,omitempty"`
+	// CPU is the CPU time, in seconds, used during the step by every
+	// server with a PID (by name), by qemu ("qemu": the whole guest) and
+	// by all the host's CPUs together ("host"), measured on the host
+	// between the guest's reports that end the untimed step before and
+	// this one. CPUBefore is the same over that untimed step (sync,
+	// drop_caches, statistics).
+	CPU       map[string]float64 `json:"cpu,omitempty"`
+	CPUBefore map[string]float64 `json:"cpu_before,omitempty"`
+}
+
+// stepCPU returns the CPU times used during the timed step name and
+// during the untimed step before it (name + "_drop"), from the samples
+// bootGuest took when their lines arrived.
+func stepCPU(res *bootResult, name string) (during, before map[string]float64) {
+	st, drop := res.steps[name], res.steps[name+"_drop"]
+	if st == nil || drop == nil {
+		return nil, nil
+	}
+	prev := res.ready
+	for _, x := range res.steps {
+		if x.seq == drop.seq-1 {
+			prev = x.cpu
+		}
+	}
+	return cpuDelta(drop.cpu, st.cpu), cpuDelta(prev, drop.cpu)
 }
 
 // clientOp is one operation's line of a mount's per-op statistics in
@@ -194,15 +234,56 @@ type clientOp struct {
 // clientCounter takes the guest's "host mstats NAME OP=v,v,... ..."
 // requests: the per-op statistics of /mnt/NAME's mount as the guest's
 // mstats function prints them (fields ops, transmissions, bytes sent,
-// bytes received, queue, RTT and execute milliseconds). Like procCounter,
+// bytes received, queue, RTT and execute milliseconds), and its event
+// counters as "events=v,v,..." and "bytes=v,v,...". Like procCounter,
 // step k's figures are snapshot k+1 minus snapshot k.
 type clientCounter struct {
 	mu    sync.Mutex // protects snaps
-	snaps map[string][]map[string]clientOp
+	snaps map[string][]clientSnap
+}
+
+type clientSnap struct {
+	ops    map[string]clientOp
+	events map[string]uint64
 }
 
 func newClientCounter() *clientCounter {
-	return &clientCounter{snaps: map[string][]map[string]clientOp{}}
+	return &clientCounter{snaps: map[string][]clientSnap{}}
+}
+
+// eventNames name the counters of a mount's "events:" line in
+// /proc/self/mountstats, in order (Linux's enum nfs_stat_eventcounters),
+// and bytesNames those of its "bytes:" line (enum nfs_stat_bytecounters).
+// A kernel that prints more gets them named by position.
+var (
+	eventNames = []string{"inoderevalidates", "dentryrevalidates", "datainvalidates", "attrinvalidates",
+		"vfsopen", "vfslookup", "vfsaccess", "vfsupdatepage", "vfsreadpage", "vfsreadpages",
+		"vfswritepage", "vfswritepages", "vfsgetdents", "vfssetattr", "vfsflush", "vfsfsync",
+		"vfslock", "vfsrelease", "congestionwait", "setattrtrunc", "extendwrite", "sillyrename",
+		"shortread", "shortwrite", "delay", "pnfsread", "pnfswrite"}
+	bytesNames = []string{"normalreadbytes", "normalwritebytes", "directreadbytes", "directwritebytes",
+		"serverreadbytes", "serverwritebytes", "readpages", "writepages"}
+)
+
+// parseClientCounters parses a "events=v,v,..." or "bytes=v,v,..." token
+// into out.
+func parseClientCounters(kind, vals string, out map[string]uint64) error {
+	names := eventNames
+	if kind == "bytes" {
+		names = bytesNames
+	}
+	for i, f := range strings.Split(vals, ",") {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return fmt.Errorf("mstats: %s counter %d: %v", kind, i, err)
+		}
+		name := fmt.Sprintf("%s%d", kind, i)
+		if i < len(names) {
+			name = names[i]
+		}
+		out[name] = v
+	}
+	return nil
 }
 
 // snapshot is the host action: args are the server's name and its
@@ -211,12 +292,24 @@ func (c *clientCounter) snapshot(args []string) error {
 	if len(args) < 1 {
 		return fmt.Errorf("mstats: want a server name and its per-op counters")
 	}
-	got, err := parseClientOps(args[1:])
+	var ops []string
+	events := map[string]uint64{}
+	for _, t := range args[1:] {
+		kind, vals, _ := strings.Cut(t, "=")
+		if kind != "events" && kind != "bytes" {
+			ops = append(ops, t)
+			continue
+		}
+		if err := parseClientCounters(kind, vals, events); err != nil {
+			return err
+		}
+	}
+	got, err := parseClientOps(ops)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	c.snaps[args[0]] = append(c.snaps[args[0]], got)
+	c.snaps[args[0]] = append(c.snaps[args[0]], clientSnap{got, events})
 	c.mu.Unlock()
 	return nil
 }
@@ -243,24 +336,31 @@ func parseClientOps(tokens []string) (map[string]clientOp, error) {
 }
 
 // step returns what the client counted for server during its i-th timed
-// step, nil if it was not counted.
-func (c *clientCounter) step(server string, i int) map[string]clientOp {
+// step, per operation and the event counters that changed, nil if it was
+// not counted.
+func (c *clientCounter) step(server string, i int) (map[string]clientOp, map[string]uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.snaps[server]
 	if i+1 >= len(s) {
-		return nil
+		return nil, nil
+	}
+	ev := map[string]uint64{}
+	for k, b := range s[i+1].events {
+		if a := s[i].events[k]; b > a {
+			ev[k] = b - a
+		}
 	}
 	d := map[string]clientOp{}
-	for k, b := range s[i+1] {
-		a := s[i][k]
+	for k, b := range s[i+1].ops {
+		a := s[i].ops[k]
 		if b.Ops <= a.Ops {
 			continue
 		}
 		d[k] = clientOp{Ops: b.Ops - a.Ops, Trans: b.Trans - a.Trans, BytesSent: b.BytesSent - a.BytesSent, BytesRecv: b.BytesRecv - a.BytesRecv,
 			QueueMs: b.QueueMs - a.QueueMs, RTTMs: b.RTTMs - a.RTTMs, ExecMs: b.ExecMs - a.ExecMs}
 	}
-	return d
+	return d, ev
 }
 
 // formatClient prints the client's calls per operation, most frequent
@@ -482,9 +582,11 @@ lsR() { n=$(ls -lR "$1/%[1]s" | grep -c '^-'); [ "$n" = %[2]d ] || fail "ls -lR 
 rmrf() { rm -rf "$1" && [ ! -e "$1" ] || fail "$1 still there after rm -rf"; }
 drop_count() { drop_caches && host mstats "$1" $(mstats "$1") && { [ "$2" != procs ] || host procs "$1"; }; }
 # mstats NAME: the per-op statistics of /mnt/NAME's mount, one
-# OP=ops,trans,sent,recv,queue,rtt,exec token per operation used so far.
+# OP=ops,trans,sent,recv,queue,rtt,exec token per operation used so far,
+# and its event and byte counters as events=v,v,... and bytes=v,v,...
 mstats() {
 	awk -v m="/mnt/$1" '$1 == "device" { on = ($5 == m) }
+		on && ($1 == "events:" || $1 == "bytes:") { printf "%%s=%%s", substr($1, 1, length($1)-1), $2; for (i = 3; i <= NF; i++) printf ",%%s", $i; printf " " }
 		on && /^[ \t]*[A-Z_0-9]+: [0-9]/ && $2 > 0 { printf "%%s=%%s,%%s,%%s,%%s,%%s,%%s,%%s ", substr($1, 1, length($1)-1), $2, $3, $5, $6, $7, $8, $9 }' /proc/self/mountstats
 }
 `, top, tree.Files)
@@ -562,7 +664,7 @@ func TestClientCounter(t *testing.T) {
 	if err := c.snapshot([]string{"a", "GETATTR=5,6,620,560,1,4,6", "READDIRPLUS=2,2,300,9000,0,10,12"}); err != nil {
 		t.Fatal(err)
 	}
-	got := c.step("a", 0)
+	got, _ := c.step("a", 0)
 	want := map[string]clientOp{
 		"GETATTR":     {Ops: 2, Trans: 3, BytesSent: 248, BytesRecv: 224, QueueMs: 1, RTTMs: 3, ExecMs: 4},
 		"READDIRPLUS": {Ops: 2, Trans: 2, BytesSent: 300, BytesRecv: 9000, RTTMs: 10, ExecMs: 12},
@@ -570,13 +672,24 @@ func TestClientCounter(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("step 0 = %+v, want %+v", got, want)
 	}
-	if got := c.step("a", 1); got != nil {
-		t.Errorf("step 1 = %v, want nil", got)
+	if got, ev := c.step("a", 1); got != nil || ev != nil {
+		t.Errorf("step 1 = %v %v, want nil", got, ev)
 	}
 	if got := formatClient(want); got != "4 calls: GETATTR 2 (112 B/reply, rtt 1.50 ms, exec 2.00 ms) READDIRPLUS 2 (4500 B/reply, rtt 5.00 ms, exec 6.00 ms)" {
 		t.Errorf("formatClient = %q", got)
 	}
-	for _, bad := range []string{"GETATTR=1,2,3", "=1,1,1,1,1,1,1", "GETATTR", "GETATTR=1,1,1,x,1,1,1"} {
+	// Event counters: named by position, extra ones by kind and index;
+	// a step keeps those that grew.
+	c.snapshot([]string{"e", "events=5,1,0,2", "bytes=100,0", "GETATTR=1,1,1,1,0,0,0"})
+	c.snapshot([]string{"e", "events=9,1,0,3", "bytes=400,0", "GETATTR=2,2,2,2,0,0,0"})
+	if ops, ev := c.step("e", 0); len(ops) != 1 || fmt.Sprint(ev) != "map[attrinvalidates:1 inoderevalidates:4 normalreadbytes:300]" {
+		t.Errorf("step with events = %v %v", ops, ev)
+	}
+	long := "events=" + strings.Repeat("0,", len(eventNames)) + "7"
+	if err := c.snapshot([]string{"f", long}); err != nil || c.snaps["f"][0].events[fmt.Sprintf("events%d", len(eventNames))] != 7 {
+		t.Errorf("snapshot(%q) = %v, %v", long, err, c.snaps["f"])
+	}
+	for _, bad := range []string{"GETATTR=1,2,3", "=1,1,1,1,1,1,1", "GETATTR", "GETATTR=1,1,1,x,1,1,1", "events=1,x", "bytes="} {
 		if err := c.snapshot([]string{"a", bad}); err == nil {
 			t.Errorf("snapshot accepted %q", bad)
 		}

@@ -124,12 +124,16 @@ type stepResult struct {
 	pass   bool
 	detail string
 	took   time.Duration
+	// cpu is the CPU time, in seconds, each watched process had used when
+	// the line arrived (see bootGuest's watch), nil when nothing is watched.
+	cpu map[string]float64
 }
 
 type bootResult struct {
 	boot    time.Duration          // qemu start to READY
 	total   time.Duration          // qemu start to exit
 	steps   map[string]*stepResult // by step name
+	ready   map[string]float64     // CPU times at READY, as stepResult.cpu
 	console string                 // path of the kernel console log
 	err     error                  // harness-level failure (timeout, qemu died...)
 }
@@ -142,13 +146,16 @@ const stepIdleTimeout = 240 * time.Second
 // hostAction performs one HOST request of the guest.
 type hostAction func(args []string) error
 
-// bootGuest boots the guest with script as /scenario.sh and serves its
-// requests until it powers off or the timeout passes.
 // guestFile is an extra file of the initramfs: Src on the host, Path in
 // the guest (no leading slash).
 type guestFile struct{ Path, Src string }
 
-func bootGuest(t testing.TB, img *guestImage, helper, script string, env map[string]string, actions map[string]hostAction, timeout time.Duration, files ...guestFile) *bootResult {
+// bootGuest boots the guest with script as /scenario.sh and serves its
+// requests until it powers off or the timeout passes. With watch (a name
+// for each process id), every step's result records the CPU time each of
+// those processes, qemu ("qemu") and all the host's CPUs ("host") had used
+// when its line arrived (see cpuSample).
+func bootGuest(t testing.TB, img *guestImage, helper, script string, env map[string]string, actions map[string]hostAction, watch map[string]int, timeout time.Duration, files ...guestFile) *bootResult {
 	t.Helper()
 	dir := t.TempDir()
 	res := &bootResult{steps: map[string]*stepResult{}, console: filepath.Join(dir, "console.log")}
@@ -253,6 +260,14 @@ func bootGuest(t testing.TB, img *guestImage, helper, script string, env map[str
 		}
 	}()
 
+	sample := func() map[string]float64 { return nil }
+	if watch != nil {
+		procs := map[string]int{"qemu": cmd.Process.Pid}
+		for name, pid := range watch {
+			procs[name] = pid
+		}
+		sample = func() map[string]float64 { return cpuSample(procs) }
+	}
 	last := start
 	done := false
 	// A step that hangs (a hard NFS mount retries forever) must not eat the
@@ -279,6 +294,7 @@ func bootGuest(t testing.TB, img *guestImage, helper, script string, env map[str
 			switch f[0] {
 			case "READY":
 				res.boot = now.Sub(start)
+				res.ready = sample()
 				last = now
 			case "STEP":
 				if len(f) < 3 {
@@ -289,7 +305,7 @@ func bootGuest(t testing.TB, img *guestImage, helper, script string, env map[str
 				if len(f) > 3 {
 					detail = strings.Join(f[3:], " ")
 				}
-				res.steps[f[1]] = &stepResult{seq: len(res.steps), pass: f[2] == "PASS", detail: detail, took: now.Sub(last)}
+				res.steps[f[1]] = &stepResult{seq: len(res.steps), pass: f[2] == "PASS", detail: detail, took: now.Sub(last), cpu: sample()}
 				last = now
 			case "HOST":
 				reply := "OK " + strings.Join(f[1:], " ")

@@ -101,7 +101,7 @@ func runScenario(t *testing.T, name string, srv *nfsServer, img *guestImage, hel
 		env = map[string]string{}
 	}
 	env["NFS_PORT"] = strconv.Itoa(srv.port)
-	res := bootGuest(t, img, helper, string(script), env, actions, timeout, files...)
+	res := bootGuest(t, img, helper, string(script), env, actions, nil, timeout, files...)
 	// Report steps in the order they ran; unreported ones last.
 	order := func(step string) int {
 		if r := res.steps[step]; r != nil {

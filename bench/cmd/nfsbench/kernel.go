@@ -52,6 +52,14 @@ type kernelSample struct {
 	// Client is the guest's kernel client's per-op statistics of the
 	// mount during the step (/proc/self/mountstats), for every server.
 	Client map[string]clientOp `json:"client,omitempty"`
+	// Events are the client's event and byte counters of the mount that
+	// changed during the step (mountstats "events:" and "bytes:").
+	Events map[string]uint64 `json:"client_events,omitempty"`
+	// CPU is the CPU time in seconds used during the step by each server
+	// (by name), qemu ("qemu") and all host CPUs ("host"); CPUBefore the
+	// same over the untimed sync and drop_caches before it.
+	CPU       map[string]float64 `json:"cpu,omitempty"`
+	CPUBefore map[string]float64 `json:"cpu_before,omitempty"`
 }
 
 // clientOp is one operation's per-op statistics over a step; times are
@@ -109,14 +117,14 @@ func (s *suite) kernelRun(res *kernelResult) error {
 		}
 		defer srv.stop()
 		defer s.recordMem(fmt.Sprintf("kernel client, %s tree", s.cfg.KernelTree), srv)
-		servers = append(servers, map[string]any{"name": "branchnfs", "nfs_port": srv.nfsPort, "mount_port": srv.mountPort, "export": "/main", "store": store})
+		servers = append(servers, map[string]any{"name": "branchnfs", "nfs_port": srv.nfsPort, "mount_port": srv.mountPort, "export": "/main", "store": store, "pid": srv.cmd.Process.Pid})
 	}
 	g, err := startGanesha(dir)
 	if err != nil {
 		return fmt.Errorf("ganesha: %w", err)
 	}
 	defer g.stop()
-	servers = append(servers, map[string]any{"name": "ganesha", "nfs_port": g.nfsPort, "mount_port": g.mountPort, "export": g.root})
+	servers = append(servers, map[string]any{"name": "ganesha", "nfs_port": g.nfsPort, "mount_port": g.mountPort, "export": g.root, "pid": g.cmd.Process.Pid})
 
 	out := filepath.Join(dir, "result.json")
 	cfg, _ := json.Marshal(map[string]any{"servers": servers, "tree_dir": tree, "runs": s.cfg.KernelRuns, "out": out})
@@ -221,7 +229,9 @@ func renderKernel(r *Results, p func(string, ...any), missed *[]string) {
 			p("- %s: %s\n", x.Step, formatProcs(x.Procs))
 		}
 	}
+	renderKernelCPU(k, p)
 	renderKernelClient(k, p)
+	renderKernelEvents(k, p)
 	if k.Error != "" {
 		p("\nerror: %s\n", shorten(k.Error))
 	}
@@ -321,4 +331,114 @@ func formatProcs(m map[string]uint64) string {
 		parts[i] = fmt.Sprintf("%s %d", strings.TrimPrefix(k, "nfs."), m[k])
 	}
 	return fmt.Sprintf("%d calls (%s)", total, strings.Join(parts, ", "))
+}
+
+// renderKernelCPU prints, per step, the CPU time (median over the runs,
+// in seconds) the servers, qemu and the host used while the guest ran
+// the step on branchnfs and on ganesha: the guest is an emulator on the
+// same two cores, so a server that works in the background slows every
+// program in the guest.
+func renderKernelCPU(k *kernelResult, p func(string, ...any)) {
+	var servers []string
+	have := false
+	for _, x := range k.Samples {
+		if !contains(servers, x.Server) {
+			servers = append(servers, x.Server)
+		}
+		have = have || len(x.CPU) > 0
+	}
+	if !have || len(servers) != 2 {
+		return
+	}
+	a, b := servers[0], servers[1]
+	med := func(server, step string, f func(x kernelSample) (float64, bool)) string {
+		var v []float64
+		for _, x := range k.Samples {
+			if x.Server == server && x.Step == step && x.Error == "" {
+				if y, ok := f(x); ok {
+					v = append(v, y)
+				}
+			}
+		}
+		if len(v) == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f", stats.Summarize(v).Median)
+	}
+	cpu := func(m func(x kernelSample) map[string]float64, name string) func(x kernelSample) (float64, bool) {
+		return func(x kernelSample) (float64, bool) {
+			v, ok := m(x)[name]
+			return v, ok
+		}
+	}
+	during := func(x kernelSample) map[string]float64 { return x.CPU }
+	before := func(x kernelSample) map[string]float64 { return x.CPUBefore }
+	// rest is the host's busy time that neither qemu nor a server used:
+	// the benchmark's own processes, the host kernel's threads, anything
+	// else running.
+	rest := func(x kernelSample) (float64, bool) {
+		h, ok := x.CPU["host"]
+		if !ok {
+			return 0, false
+		}
+		for _, n := range append([]string{"qemu"}, servers...) {
+			h -= x.CPU[n]
+		}
+		return h, true
+	}
+	pair := func(step string, f func(string) func(x kernelSample) (float64, bool)) string {
+		return med(a, step, f(a)) + " / " + med(b, step, f(b))
+	}
+	p("\nCPU time during each step, measured on the host (seconds, median over the runs; %s / %s): the serving server's and the idle one's, qemu's (the whole guest), and the rest of the host's busy time (all CPUs, less qemu and both servers); then the serving server's in the untimed sync and drop_caches before the step:\n\n", a, b)
+	p("| step | serving server | idle server | qemu | rest of host | serving server before the step |\n|---|---|---|---|---|---|\n")
+	for _, st := range kernelSteps {
+		p("| %s | %s | %s | %s | %s | %s |\n", st.name,
+			pair(st.name, func(srv string) func(x kernelSample) (float64, bool) { return cpu(during, srv) }),
+			med(a, st.name, cpu(during, b))+" / "+med(b, st.name, cpu(during, a)),
+			pair(st.name, func(string) func(x kernelSample) (float64, bool) { return cpu(during, "qemu") }),
+			pair(st.name, func(string) func(x kernelSample) (float64, bool) { return rest }),
+			pair(st.name, func(srv string) func(x kernelSample) (float64, bool) { return cpu(before, srv) }))
+	}
+}
+
+// renderKernelEvents prints, per step of run 1, the guest client's event
+// counters that differ between the servers (mountstats "events:" and
+// "bytes:"): cache revalidations and invalidations, VFS calls, pages.
+func renderKernelEvents(k *kernelResult, p func(string, ...any)) {
+	sample := func(server, step string) *kernelSample {
+		for i, x := range k.Samples {
+			if x.Server == server && x.Step == step && x.Run == 1 {
+				return &k.Samples[i]
+			}
+		}
+		return nil
+	}
+	header := false
+	for _, st := range kernelSteps {
+		b, g := sample("branchnfs", st.name), sample("ganesha", st.name)
+		if b == nil || g == nil {
+			continue
+		}
+		var names []string
+		for _, m := range []map[string]uint64{b.Events, g.Events} {
+			for n := range m {
+				if !contains(names, n) && b.Events[n] != g.Events[n] {
+					names = append(names, n)
+				}
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		sort.Strings(names)
+		if !header {
+			p("\nThe guest client's event counters that differ, run 1 (/proc/self/mountstats events and bytes; branchnfs / ganesha):\n\n")
+			header = true
+		}
+		parts := make([]string, len(names))
+		for i, n := range names {
+			parts[i] = fmt.Sprintf("%s %d / %d", n, b.Events[n], g.Events[n])
+		}
+		p("- %s: %s\n", st.name, strings.Join(parts, ", "))
+	}
 }
