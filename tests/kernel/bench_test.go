@@ -235,16 +235,21 @@ type clientOp struct {
 // requests: the per-op statistics of /mnt/NAME's mount as the guest's
 // mstats function prints them (fields ops, transmissions, bytes sent,
 // bytes received, queue, RTT and execute milliseconds), and its event
-// counters as "events=v,v,..." and "bytes=v,v,...". Like procCounter,
-// step k's figures are snapshot k+1 minus snapshot k.
+// counters as "events=v,v,..." and "bytes=v,v,...", and the whole
+// guest's CPU ticks and TCP segments as "gcpu=..." and "tcp=...". Like
+// procCounter, step k's figures are snapshot k+1 minus snapshot k; the
+// guest's own counters are taken up to the next snapshot of any server
+// (after a server's last step comes the other server's first).
 type clientCounter struct {
-	mu    sync.Mutex // protects snaps
+	mu    sync.Mutex // protects the following
 	snaps map[string][]clientSnap
+	all   []map[string]uint64 // the guest's own counters of every snapshot, in order
 }
 
 type clientSnap struct {
 	ops    map[string]clientOp
 	events map[string]uint64
+	seq    int // index in all
 }
 
 func newClientCounter() *clientCounter {
@@ -263,15 +268,18 @@ var (
 		"shortread", "shortwrite", "delay", "pnfsread", "pnfswrite"}
 	bytesNames = []string{"normalreadbytes", "normalwritebytes", "directreadbytes", "directwritebytes",
 		"serverreadbytes", "serverwritebytes", "readpages", "writepages"}
+	// The guest's own CPU time in ticks (the "cpu" line of its
+	// /proc/stat) and its TCP segment counters (the Tcp line of
+	// /proc/net/snmp, from InSegs on): the whole guest's, not the
+	// mount's.
+	gcpuNames = []string{"guest_user", "guest_nice", "guest_system", "guest_idle", "guest_iowait", "guest_irq", "guest_softirq"}
+	tcpNames  = []string{"tcp_insegs", "tcp_outsegs", "tcp_retranssegs"}
 )
 
 // parseClientCounters parses a "events=v,v,..." or "bytes=v,v,..." token
 // into out.
 func parseClientCounters(kind, vals string, out map[string]uint64) error {
-	names := eventNames
-	if kind == "bytes" {
-		names = bytesNames
-	}
+	names := map[string][]string{"events": eventNames, "bytes": bytesNames, "gcpu": gcpuNames, "tcp": tcpNames}[kind]
 	for i, f := range strings.Split(vals, ",") {
 		v, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
@@ -293,14 +301,19 @@ func (c *clientCounter) snapshot(args []string) error {
 		return fmt.Errorf("mstats: want a server name and its per-op counters")
 	}
 	var ops []string
-	events := map[string]uint64{}
+	events, guest := map[string]uint64{}, map[string]uint64{}
 	for _, t := range args[1:] {
 		kind, vals, _ := strings.Cut(t, "=")
-		if kind != "events" && kind != "bytes" {
+		var err error
+		switch kind {
+		case "events", "bytes":
+			err = parseClientCounters(kind, vals, events)
+		case "gcpu", "tcp":
+			err = parseClientCounters(kind, vals, guest)
+		default:
 			ops = append(ops, t)
-			continue
 		}
-		if err := parseClientCounters(kind, vals, events); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -309,7 +322,8 @@ func (c *clientCounter) snapshot(args []string) error {
 		return err
 	}
 	c.mu.Lock()
-	c.snaps[args[0]] = append(c.snaps[args[0]], clientSnap{got, events})
+	c.snaps[args[0]] = append(c.snaps[args[0]], clientSnap{got, events, len(c.all)})
+	c.all = append(c.all, guest)
 	c.mu.Unlock()
 	return nil
 }
@@ -348,6 +362,11 @@ func (c *clientCounter) step(server string, i int) (map[string]clientOp, map[str
 	ev := map[string]uint64{}
 	for k, b := range s[i+1].events {
 		if a := s[i].events[k]; b > a {
+			ev[k] = b - a
+		}
+	}
+	for k, b := range c.all[s[i].seq+1] {
+		if a := c.all[s[i].seq][k]; b > a {
 			ev[k] = b - a
 		}
 	}
@@ -583,11 +602,14 @@ rmrf() { rm -rf "$1" && [ ! -e "$1" ] || fail "$1 still there after rm -rf"; }
 drop_count() { drop_caches && host mstats "$1" $(mstats "$1") && { [ "$2" != procs ] || host procs "$1"; }; }
 # mstats NAME: the per-op statistics of /mnt/NAME's mount, one
 # OP=ops,trans,sent,recv,queue,rtt,exec token per operation used so far,
-# and its event and byte counters as events=v,v,... and bytes=v,v,...
+# its event and byte counters as events=v,v,... and bytes=v,v,..., and
+# the guest's CPU ticks and TCP segments as gcpu=... and tcp=...
 mstats() {
 	awk -v m="/mnt/$1" '$1 == "device" { on = ($5 == m) }
 		on && ($1 == "events:" || $1 == "bytes:") { printf "%%s=%%s", substr($1, 1, length($1)-1), $2; for (i = 3; i <= NF; i++) printf ",%%s", $i; printf " " }
 		on && /^[ \t]*[A-Z_0-9]+: [0-9]/ && $2 > 0 { printf "%%s=%%s,%%s,%%s,%%s,%%s,%%s,%%s ", substr($1, 1, length($1)-1), $2, $3, $5, $6, $7, $8, $9 }' /proc/self/mountstats
+	awk '$1 == "cpu" { printf "gcpu=%%s,%%s,%%s,%%s,%%s,%%s,%%s ", $2, $3, $4, $5, $6, $7, $8 }' /proc/stat
+	awk '$1 == "Tcp:" && $2 ~ /^[0-9]/ { printf "tcp=%%s,%%s,%%s ", $11, $12, $13 }' /proc/net/snmp
 }
 `, top, tree.Files)
 	for _, s := range cfg.Servers {
@@ -684,6 +706,14 @@ func TestClientCounter(t *testing.T) {
 	c.snapshot([]string{"e", "events=9,1,0,3", "bytes=400,0", "GETATTR=2,2,2,2,0,0,0"})
 	if ops, ev := c.step("e", 0); len(ops) != 1 || fmt.Sprint(ev) != "map[attrinvalidates:1 inoderevalidates:4 normalreadbytes:300]" {
 		t.Errorf("step with events = %v %v", ops, ev)
+	}
+	// The guest's own counters run to the next snapshot of any server:
+	// g's step 0 ends at h's snapshot, not at g's next one.
+	c.snapshot([]string{"g", "gcpu=10,0,5,100,0,0,1", "tcp=50,40,0"})
+	c.snapshot([]string{"h", "gcpu=12,0,9,100,0,0,1", "tcp=60,48,0"})
+	c.snapshot([]string{"g", "gcpu=99,0,99,999,0,0,9", "tcp=999,999,9"})
+	if _, ev := c.step("g", 0); fmt.Sprint(ev) != "map[guest_system:4 guest_user:2 tcp_insegs:10 tcp_outsegs:8]" {
+		t.Errorf("guest counters of g's step 0 = %v", ev)
 	}
 	long := "events=" + strings.Repeat("0,", len(eventNames)) + "7"
 	if err := c.snapshot([]string{"f", long}); err != nil || c.snaps["f"][0].events[fmt.Sprintf("events%d", len(eventNames))] != 7 {

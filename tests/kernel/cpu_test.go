@@ -22,7 +22,11 @@ const userHZ = 100
 // cpuSample returns the CPU time, in seconds, each of procs (a name for
 // each process id) has used so far (user plus system, every thread), and
 // as "host" the time all the host's CPUs spent busy (neither idle nor
-// waiting for I/O). A process that cannot be read is left out.
+// waiting for I/O). A process that cannot be read is left out. For qemu,
+// it also returns its threads' times summed by thread name, as
+// "qemu/NAME": the vCPU thread ("CPU 0/TCG") runs the guest, the main
+// thread its devices and user-mode network; and as "qemu-wait/NAME" the
+// time they were ready to run but waited for a host CPU (schedstat).
 func cpuSample(procs map[string]int) map[string]float64 {
 	out := make(map[string]float64, len(procs)+1)
 	for name, pid := range procs {
@@ -33,6 +37,9 @@ func cpuSample(procs map[string]int) map[string]float64 {
 		if v, err := procStatCPU(string(b)); err == nil {
 			out[name] = v
 		}
+		if name == "qemu" {
+			threadCPU(pid, name, out)
+		}
 	}
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
 		if v, err := hostBusyCPU(string(b)); err == nil {
@@ -40,6 +47,35 @@ func cpuSample(procs map[string]int) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// threadCPU adds the CPU time of each of pid's threads to out, summed by
+// thread name, as prefix/NAME, and the time they waited on a run queue
+// as prefix-wait/NAME.
+func threadCPU(pid int, prefix string, out map[string]float64) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		comm, err1 := os.ReadFile(dir + "/" + e.Name() + "/comm")
+		b, err2 := os.ReadFile(dir + "/" + e.Name() + "/stat")
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		name := strings.TrimSpace(string(comm))
+		if v, err := procStatCPU(string(b)); err == nil {
+			out[prefix+"/"+name] += v
+		}
+		if ss, err := os.ReadFile(dir + "/" + e.Name() + "/schedstat"); err == nil {
+			if f := strings.Fields(string(ss)); len(f) >= 2 {
+				if ns, err := strconv.ParseUint(f[1], 10, 64); err == nil {
+					out[prefix+"-wait/"+name] += float64(ns) / 1e9
+				}
+			}
+		}
+	}
 }
 
 // procStatCPU returns utime + stime, in seconds, of a /proc/PID/stat line.
@@ -129,6 +165,18 @@ func TestProcStatCPU(t *testing.T) {
 	}
 	if s["self"] <= first || s["host"] <= 0 {
 		t.Errorf("cpuSample = %v: want self and host above 0", s)
+	}
+	if _, ok := s["self"]; !ok {
+		t.Errorf("cpuSample = %v: no self", s)
+	}
+	// The threads of a test binary are named after it; their times
+	// (CPU and run-queue wait) are summed under that name.
+	q := map[string]float64{}
+	threadCPU(os.Getpid(), "p", q)
+	exe, _ := os.ReadFile("/proc/self/comm")
+	name := strings.TrimSpace(string(exe))
+	if _, ok := q["p/"+name]; !ok || len(q) != 2 || q["p-wait/"+name] < 0 {
+		t.Errorf("threadCPU = %v: want p/%s and p-wait/%[2]s", q, name)
 	}
 	if _, ok := s["gone"]; ok {
 		t.Errorf("cpuSample reported a process that does not exist: %v", s)

@@ -213,6 +213,9 @@ func bootGuest(t testing.TB, img *guestImage, helper, script string, env map[str
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64",
 		"-machine", "q35,accel=tcg", "-smp", "1", "-m", "1024",
+		// Named threads: the vCPU's ("CPU 0/TCG") CPU time tells the
+		// guest's own work from qemu's devices and network.
+		"-name", "guest,debug-threads=on",
 		"-display", "none", "-monitor", "none", "-no-reboot",
 		"-kernel", img.kernel, "-initrd", initrd,
 		"-nic", "user,model=e1000",
