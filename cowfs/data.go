@@ -364,10 +364,13 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 	read := func(tx kv.Txn, st state) error {
 		if p, ok := tx.(kv.Prefetcher); ok {
 			// The top layer's record and its references from the first
-			// block on, which the READ reads first, in one request.
+			// block on, which the READ reads first, in one request: as
+			// many as the READ spans, and the next, where its iteration
+			// stops.
 			top := st.stack[0]
 			pfx := dataPrefix(top, ino)
-			rng := kv.IterRange{Prefix: pfx, Start: u64(append([]byte(nil), pfx...), off/f.bs)}
+			first, last := off/f.bs, (off+uint64(max(count, 1))-1)/f.bs
+			rng := kv.IterRange{Prefix: pfx, Start: u64(append([]byte(nil), pfx...), first), Limit: int(min(last-first+2, 1<<20))}
 			if err := p.Prefetch([][]byte{inodeKey(top, ino)}, []kv.IterRange{rng}); err != nil {
 				return err
 			}

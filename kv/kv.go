@@ -127,7 +127,8 @@ type Txn interface {
 // when a Txn does not implement it.
 type Prefetcher interface {
 	// Prefetch reads keys and the first page of an Iterate of each of
-	// ranges, in one request. A later Get, GetFunc or Has of one of keys,
+	// ranges (at most the range's Limit keys, if it has one), in one
+	// request. A later Get, GetFunc or Has of one of keys,
 	// or Iterate with a range's prefix and start (and keysOnly false, or
 	// keysOnly as the range's), is served from what it read; an Iterate
 	// past the first page goes on with ordinary reads.
@@ -146,10 +147,13 @@ type ConcurrentReader interface {
 }
 
 // IterRange names the keys an Iterate call reads: those with Prefix that
-// are >= Start.
+// are >= Start. Limit, if above 0, is how many of them the caller expects
+// to read before it stops: a Prefetch reads no more than that many in its
+// first page (an Iterate that goes on past them reads on as usual).
 type IterRange struct {
 	Prefix, Start []byte
 	KeysOnly      bool
+	Limit         int
 }
 
 var (

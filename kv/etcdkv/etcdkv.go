@@ -684,7 +684,7 @@ func (t *txn) Iterate(prefix, start []byte, keysOnly bool, fn func(k, v []byte) 
 		if p := t.prefetchedPage(from, hi, keysOnly); p != nil {
 			kvs, more = p.kvs, p.more
 		} else {
-			resp, err := t.get(string(from), t.pageOpts(hi, keysOnly)...)
+			resp, err := t.get(string(from), t.pageOpts(hi, keysOnly, 0)...)
 			if err != nil {
 				return t.s.mapReadErr(t.ctx, err, t.rev)
 			}
@@ -739,9 +739,13 @@ func iterBounds(prefix, start []byte) (lo, hi []byte) {
 }
 
 // pageOpts are the options of the range read of one page of an Iterate
-// up to hi.
-func (t *txn) pageOpts(hi []byte, keysOnly bool) []clientv3.OpOption {
-	opts := []clientv3.OpOption{clientv3.WithRange(string(hi)), clientv3.WithLimit(int64(t.s.opts.PageSize))}
+// up to hi: PageSize keys, or limit if it is above 0 and below it.
+func (t *txn) pageOpts(hi []byte, keysOnly bool, limit int) []clientv3.OpOption {
+	n := t.s.opts.PageSize
+	if limit > 0 && limit < n {
+		n = limit // a READ's 32 block references, not a page of 256
+	}
+	opts := []clientv3.OpOption{clientv3.WithRange(string(hi)), clientv3.WithLimit(int64(n))}
 	if keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
@@ -802,7 +806,7 @@ func (t *txn) Prefetch(keys [][]byte, ranges []kv.IterRange) error {
 			continue
 		}
 		wants = append(wants, want{page: &page{lo: string(lo), hi: string(hi), keysOnly: r.KeysOnly}})
-		ops = append(ops, clientv3.OpGet(string(lo), append(t.pageOpts(hi, r.KeysOnly), clientv3.WithRev(t.rev))...))
+		ops = append(ops, clientv3.OpGet(string(lo), append(t.pageOpts(hi, r.KeysOnly, r.Limit), clientv3.WithRev(t.rev))...))
 	}
 	if len(ops) == 0 {
 		return nil

@@ -13,10 +13,16 @@ import (
 // readAll is what a View reads of key and of an Iterate of prefix from
 // start, prefetching both first when prefetch is set.
 func readAll(s kv.Store, prefetch bool, key, prefix, start string, keysOnly bool) (string, error) {
+	return readSome(s, prefetch, key, prefix, start, keysOnly, 0, 0)
+}
+
+// readSome is readAll with the prefetched range's Limit, and an Iterate
+// that stops after upTo keys (0: reads them all).
+func readSome(s kv.Store, prefetch bool, key, prefix, start string, keysOnly bool, limit, upTo int) (string, error) {
 	var out string
 	err := s.View(ctx, func(tx kv.Txn) error {
 		if prefetch {
-			rng := kv.IterRange{Prefix: []byte(prefix), Start: []byte(start), KeysOnly: keysOnly}
+			rng := kv.IterRange{Prefix: []byte(prefix), Start: []byte(start), KeysOnly: keysOnly, Limit: limit}
 			if err := tx.(kv.Prefetcher).Prefetch([][]byte{[]byte(key)}, []kv.IterRange{rng}); err != nil {
 				return err
 			}
@@ -33,9 +39,11 @@ func readAll(s kv.Store, prefetch bool, key, prefix, start string, keysOnly bool
 		if start != "" {
 			st = []byte(start)
 		}
+		n := 0
 		return tx.Iterate([]byte(prefix), st, keysOnly, func(k, v []byte) (bool, error) {
 			out += fmt.Sprintf(" %s=%q", k, v)
-			return true, nil
+			n++
+			return upTo == 0 || n < upTo, nil
 		})
 	})
 	return out, err
@@ -69,8 +77,14 @@ func TestPrefetch(t *testing.T) {
 	for _, tc := range []struct {
 		key, prefix, start string
 		keysOnly           bool
+		limit, upTo        int   // the range's Limit; keys the Iterate reads (0: all)
 		calls              int64 // requests with the Prefetch
 	}{
+		{key: "k", prefix: "r/", limit: 3, upTo: 3, calls: 1}, // what a READ prefetches: the keys it reads
+		{key: "k", prefix: "r/", limit: 3, upTo: 4, calls: 2}, // one more: a page of its own
+		{key: "k", prefix: "r/", limit: 3, calls: 3},          // 11 keys: 3, then pages of 4, 4
+		{key: "k", prefix: "r/", limit: 20, calls: 3},         // the page size still bounds it
+		{key: "k", prefix: "r/", upTo: 4, calls: 1},           // no limit: a page of 4
 		{key: "k", prefix: "q/", calls: 1},
 		{key: "missing", prefix: "p/", calls: 1},
 		{key: "s", prefix: "none/", calls: 1},
@@ -79,13 +93,13 @@ func TestPrefetch(t *testing.T) {
 		{key: "k", prefix: "r/", start: "r/03", calls: 2},  // 8 keys
 		{key: "k", prefix: "r/", start: "r/099", calls: 1}, // none
 	} {
-		name := fmt.Sprintf("%s,%s,%s,%v", tc.key, tc.prefix, tc.start, tc.keysOnly)
-		want, err := readAll(s, false, tc.key, tc.prefix, tc.start, tc.keysOnly)
+		name := fmt.Sprintf("%s,%s,%s,%v,limit=%d,upTo=%d", tc.key, tc.prefix, tc.start, tc.keysOnly, tc.limit, tc.upTo)
+		want, err := readSome(s, false, tc.key, tc.prefix, tc.start, tc.keysOnly, 0, tc.upTo)
 		if err != nil {
 			t.Fatal(err)
 		}
 		before := calls()
-		got, err := readAll(s, true, tc.key, tc.prefix, tc.start, tc.keysOnly)
+		got, err := readSome(s, true, tc.key, tc.prefix, tc.start, tc.keysOnly, tc.limit, tc.upTo)
 		if err != nil {
 			t.Fatal(err)
 		}
