@@ -269,10 +269,11 @@ var (
 	bytesNames = []string{"normalreadbytes", "normalwritebytes", "directreadbytes", "directwritebytes",
 		"serverreadbytes", "serverwritebytes", "readpages", "writepages"}
 	// The guest's own CPU time in ticks (the "cpu" line of its
-	// /proc/stat) and its TCP segment counters (the Tcp line of
+	// /proc/stat), its interrupts and context switches (the "intr"
+	// total and "ctxt") and its TCP segment counters (the Tcp line of
 	// /proc/net/snmp, from InSegs on): the whole guest's, not the
 	// mount's.
-	gcpuNames = []string{"guest_user", "guest_nice", "guest_system", "guest_idle", "guest_iowait", "guest_irq", "guest_softirq"}
+	gcpuNames = []string{"guest_user", "guest_nice", "guest_system", "guest_idle", "guest_iowait", "guest_irq", "guest_softirq", "guest_intr", "guest_ctxt"}
 	tcpNames  = []string{"tcp_insegs", "tcp_outsegs", "tcp_retranssegs"}
 )
 
@@ -608,7 +609,8 @@ mstats() {
 	awk -v m="/mnt/$1" '$1 == "device" { on = ($5 == m) }
 		on && ($1 == "events:" || $1 == "bytes:") { printf "%%s=%%s", substr($1, 1, length($1)-1), $2; for (i = 3; i <= NF; i++) printf ",%%s", $i; printf " " }
 		on && /^[ \t]*[A-Z_0-9]+: [0-9]/ && $2 > 0 { printf "%%s=%%s,%%s,%%s,%%s,%%s,%%s,%%s ", substr($1, 1, length($1)-1), $2, $3, $5, $6, $7, $8, $9 }' /proc/self/mountstats
-	awk '$1 == "cpu" { printf "gcpu=%%s,%%s,%%s,%%s,%%s,%%s,%%s ", $2, $3, $4, $5, $6, $7, $8 }' /proc/stat
+	awk '$1 == "cpu" { c = $2 "," $3 "," $4 "," $5 "," $6 "," $7 "," $8 } $1 == "intr" { i = $2 } $1 == "ctxt" { x = $2 }
+		END { printf "gcpu=%%s,%%s,%%s ", c, i, x }' /proc/stat
 	awk '$1 == "Tcp:" && $2 ~ /^[0-9]/ { printf "tcp=%%s,%%s,%%s ", $11, $12, $13 }' /proc/net/snmp
 }
 `, top, tree.Files)
