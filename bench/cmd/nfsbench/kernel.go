@@ -434,7 +434,7 @@ func renderKernelEvents(k *kernelResult, p func(string, ...any)) {
 		}
 		sort.Strings(names)
 		if !header {
-			p("\nThe guest client's event counters that differ, run 1 (/proc/self/mountstats events and bytes; branchnfs / ganesha):\n\n")
+			p("\nThe guest client's event counters that differ, run 1 (/proc/self/mountstats events and bytes; and the whole guest's CPU ticks, interrupts, context switches and TCP segments as guest_* and tcp_*; branchnfs / ganesha):\n\n")
 			header = true
 		}
 		parts := make([]string, len(names))
