@@ -157,9 +157,13 @@ func TestServeOnEtcdAndS3(t *testing.T) {
 	if !errors.Is(err, os.ErrInvalid) {
 		t.Fatalf("write with S3 stopped: %v, want the error go-nfs-client gives NFS3ERR_JUKEBOX (%v)", err, os.ErrInvalid)
 	}
-	if out := srv.out.String(); !strings.Contains(out, s3.Endpoint) || !strings.Contains(out, "the client is told to try again later") {
-		t.Fatalf("the server's log does not say it answered try-again-later naming the S3 endpoint %s:\n%s", s3.Endpoint, out)
-	}
+	// The log reaches the test through a pipe: wait for the line.
+	eventually(t, "the server's log", func() error {
+		if out := srv.out.String(); !strings.Contains(out, s3.Endpoint) || !strings.Contains(out, "the client is told to try again later") {
+			return fmt.Errorf("it does not say it answered try-again-later naming the S3 endpoint %s:\n%s", s3.Endpoint, out)
+		}
+		return nil
+	})
 	s3.Start(t)
 	after := data(150 << 10)
 	writeFile(t, b2, "outage.bin", after)
