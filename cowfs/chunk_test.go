@@ -305,7 +305,7 @@ func TestChunkReadFetchesOnce(t *testing.T) {
 			}
 			off := first*bs + skew
 			p := make([]byte, 1<<20)
-			if err := br.readBlocks(blocks, first, p, off); err != nil {
+			if err := br.readBlocks(blocks, first, p, off, nil); err != nil {
 				return err
 			}
 			if !bytes.Equal(p, want[off:off+1<<20]) {

@@ -201,54 +201,92 @@ func (br *blockReader) getContent(h []byte, fn func([]byte) error) error {
 // prefetch gets the blobs blocks use from the blob store, up to
 // blobUploads at once, for getContent: a READ of many blocks then waits
 // for about one round trip per blobUploads blocks rather than one per
-// block.
-func (br *blockReader) prefetch(blocks []resolved) error {
-	var hs [][32]byte
-	seen := map[[32]byte]bool{}
+// block. blocks start at block first; p is the READ's reply data, the
+// file's bytes from off on. A whole block that refers to a blob no other
+// block of the READ uses is read straight into p (no buffer, no copy);
+// the blocks filled that way are reported in filled, for readBlocks to
+// skip.
+func (br *blockReader) prefetch(blocks []resolved, first uint64, p []byte, off uint64) (filled []bool, err error) {
+	bs := br.f.bs
+	end := off + uint64(len(p))
+	uses := map[[32]byte]int{}
 	for _, r := range blocks {
+		refHashes(r.ref, func(h []byte) { uses[[32]byte(h)]++ })
+	}
+	if len(uses) < 2 {
+		return nil, nil
+	}
+	type get struct {
+		h   [32]byte
+		dst []byte // nil: into a pooled buffer, kept in br.fetched
+		blk int    // the block dst is, when dst is set
+	}
+	gets := make([]get, 0, len(uses))
+	for i, r := range blocks {
+		base := (first + uint64(i)) * bs
+		if len(r.ref) == 33 && r.ref[0] == refHash && r.limit >= bs && base >= off && base+bs <= end && uses[[32]byte(r.ref[1:])] == 1 {
+			dst := p[base-off : base-off+bs : base-off+bs]
+			gets = append(gets, get{h: [32]byte(r.ref[1:]), dst: dst, blk: i})
+			delete(uses, [32]byte(r.ref[1:]))
+		}
+	}
+	for _, r := range blocks { // the rest, in the order the READ uses them
 		refHashes(r.ref, func(h []byte) {
-			if k := [32]byte(h); !seen[k] {
-				seen[k] = true
-				hs = append(hs, k)
+			if k := [32]byte(h); uses[k] > 0 {
+				gets = append(gets, get{h: k})
+				delete(uses, k)
 			}
 		})
 	}
-	if len(hs) < 2 {
-		return nil
-	}
-	out := make([][]byte, len(hs))
+	out := make([][]byte, len(gets))
+	filled = make([]bool, len(blocks))
 	fl, _ := br.f.s.blobs.(blobs.Filler)
 	g, ctx := errgroup.WithContext(br.f.ctx)
 	g.SetLimit(blobUploads)
-	for i, h := range hs {
+	for i, x := range gets {
 		g.Go(func() error {
 			var data []byte
 			var err error
-			if fl != nil {
-				data, err = fl.GetInto(ctx, blobs.Key(h), getBlobBuf(int(br.f.bs)))
-			} else {
-				data, err = br.f.s.blobs.Get(ctx, blobs.Key(h))
+			switch {
+			case fl != nil && x.dst != nil:
+				data, err = fl.GetInto(ctx, blobs.Key(x.h), x.dst[:0])
+			case fl != nil:
+				data, err = fl.GetInto(ctx, blobs.Key(x.h), getBlobBuf(int(br.f.bs)))
+			default:
+				data, err = br.f.s.blobs.Get(ctx, blobs.Key(x.h))
 			}
 			if errors.Is(err, blobs.ErrNotFound) {
 				return nil // getContent reports it
 			}
-			out[i] = data
-			return err
+			if err != nil {
+				return err
+			}
+			if x.dst == nil {
+				out[i] = data
+				return nil
+			}
+			// Straight into the reply: the blob's bytes, zeros after.
+			if len(data) > 0 && &data[0] != &x.dst[0] {
+				copy(x.dst, data) // not read into dst (fetched on a miss)
+			}
+			clear(x.dst[min(len(data), len(x.dst)):])
+			filled[x.blk] = true
+			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		for _, b := range out {
 			putBlobBuf(b, int(br.f.bs))
 		}
-		return fmt.Errorf("cowfs: reading block content from the blob store: %w", err)
+		return nil, fmt.Errorf("cowfs: reading block content from the blob store: %w", err)
 	}
-	br.fetched = make(map[[32]byte][]byte, len(hs))
-	for i, h := range hs {
+	br.fetched = make(map[[32]byte][]byte, len(gets))
+	for i, x := range gets {
 		if out[i] != nil {
-			br.fetched[h] = out[i]
+			br.fetched[x.h] = out[i]
 		}
 	}
-	return nil
+	return filled, nil
 }
 
 // blobBufs holds buffers of a block's size for prefetch, which reads
@@ -419,12 +457,13 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 		if err != nil {
 			return err
 		}
+		var filled []bool // blocks prefetch read straight into p
 		if f.s.blobs != nil && last > first {
-			if err := br.prefetch(blocks); err != nil {
+			if filled, err = br.prefetch(blocks, first, p[:end-off], off); err != nil {
 				return err
 			}
 		}
-		if err := br.readBlocks(blocks, first, p[:end-off], off); err != nil {
+		if err := br.readBlocks(blocks, first, p[:end-off], off, filled); err != nil {
 			return err
 		}
 		n = int(end - off)
@@ -446,9 +485,10 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 }
 
 // readBlocks fills p, the file's bytes from off on, from blocks (block
-// first on). Chunk references without edits are read chunk by chunk
+// first on), but for those filled marks (nil: none), which hold their
+// bytes already. Chunk references without edits are read chunk by chunk
 // (fillPieces): each chunk once, its slices copied straight into p.
-func (br *blockReader) readBlocks(blocks []resolved, first uint64, p []byte, off uint64) error {
+func (br *blockReader) readBlocks(blocks []resolved, first uint64, p []byte, off uint64, filled []bool) error {
 	bs := br.f.bs
 	end := off + uint64(len(p))
 	var pieces []piece // allocated on demand
@@ -458,6 +498,9 @@ func (br *blockReader) readBlocks(blocks []resolved, first uint64, p []byte, off
 		whole = make([]fill, 0, len(blocks))
 	}
 	for i, r := range blocks {
+		if filled != nil && filled[i] {
+			continue
+		}
 		base := (first + uint64(i)) * bs
 		lo, hi := max(base, off), min(base+bs, end)
 		dst := p[lo-off : hi-off]
