@@ -423,6 +423,17 @@ func (c *conn) serve() {
 			}
 			break
 		}
+		if len(c.sem) == 0 && br.Buffered() == 0 && inlineCall(rec) {
+			// Nothing else in flight or waiting: a client that sends
+			// one call at a time (the Linux client walking a tree).
+			// A metadata call runs here, without handing it to
+			// another goroutine (and thread) and back.
+			s.metrics.inFlight.Add(1)
+			c.handle(rec, oversize)
+			putBuf(rec)
+			s.metrics.inFlight.Add(-1)
+			continue
+		}
 		c.sem <- struct{}{}
 		c.wg.Add(1)
 		s.metrics.inFlight.Add(1)
@@ -438,6 +449,22 @@ func (c *conn) serve() {
 	}
 	c.wg.Wait()
 	c.nc.Close()
+}
+
+// inlineCall reports whether rec is an NFS call that serve may run on the
+// connection's reading goroutine when nothing else is in flight: one that
+// reads or changes metadata only. READ, WRITE and COMMIT (block content,
+// fsyncs) and MOUNT calls go to a goroutine of their own, so that a call
+// arriving meanwhile is read and runs at once.
+func inlineCall(rec []byte) bool {
+	if len(rec) < 24 || binary.BigEndian.Uint32(rec[4:]) != msgCall || binary.BigEndian.Uint32(rec[12:]) != progNFS {
+		return false
+	}
+	switch binary.BigEndian.Uint32(rec[20:]) {
+	case 6, 7, 21: // READ, WRITE, COMMIT
+		return false
+	}
+	return true
 }
 
 func (c *conn) isStopping() bool {

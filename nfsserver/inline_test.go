@@ -1,0 +1,31 @@
+package nfsserver
+
+import "testing"
+
+// TestInlineCall: the calls a connection's reading goroutine may run
+// itself are NFS metadata calls; READ, WRITE, COMMIT, MOUNT calls,
+// replies and records too short to name a procedure go to a goroutine of
+// their own.
+func TestInlineCall(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  []byte
+		want bool
+	}{
+		{"GETATTR", callMsg(1, 2, progNFS, 3, 1, authNone, nil), true},
+		{"LOOKUP", callMsg(1, 2, progNFS, 3, 3, authNone, nil), true},
+		{"ACCESS", callMsg(1, 2, progNFS, 3, 4, authNone, nil), true},
+		{"SETATTR", callMsg(1, 2, progNFS, 3, 2, authNone, nil), true},
+		{"READDIRPLUS", callMsg(1, 2, progNFS, 3, 17, authNone, nil), true},
+		{"READ", callMsg(1, 2, progNFS, 3, 6, authNone, nil), false},
+		{"WRITE", callMsg(1, 2, progNFS, 3, 7, authNone, nil), false},
+		{"COMMIT", callMsg(1, 2, progNFS, 3, 21, authNone, nil), false},
+		{"MNT", callMsg(1, 2, progMount, 3, 1, authNone, nil), false},
+		{"a reply", []byte{0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 0, 1, 0x86, 0xa3, 0, 0, 0, 3, 0, 0, 0, 1}, false},
+		{"short", callMsg(1, 2, progNFS, 3, 1, authNone, nil)[:20], false},
+	} {
+		if got := inlineCall(tc.rec); got != tc.want {
+			t.Errorf("%s: inlineCall %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
