@@ -8,8 +8,8 @@
 // connection reads records (RFC 5531 record marking, fragments reassembled,
 // at most maxRecord bytes; larger records are discarded unread and answered
 // GARBAGE_ARGS) and hands each call to its own goroutine, up to maxInFlight
-// per connection; a metadata call that arrives with nothing else in flight
-// or waiting runs on the reading goroutine itself (inlineCall). Replies go out in completion order and never interleave:
+// per connection; a call that reads metadata and arrives with nothing else
+// in flight or waiting runs on the reading goroutine itself (inlineCall). Replies go out in completion order and never interleave:
 // they are queued under the connection's write mutex, and one goroutine at a
 // time writes the queue with one writev per batch, outside the mutex; clients
 // match them by XID. While maxQueued reply bytes wait to be written, the

@@ -3,9 +3,10 @@ package nfsserver
 import "testing"
 
 // TestInlineCall: the calls a connection's reading goroutine may run
-// itself are NFS metadata calls; READ, WRITE, COMMIT, MOUNT calls,
-// replies and records too short to name a procedure go to a goroutine of
-// their own.
+// itself are NFS calls that read metadata; READ, WRITE, COMMIT, changes
+// (which may delete a large file's blocks before they answer), MOUNT
+// calls, replies and records too short to name a procedure go to a
+// goroutine of their own.
 func TestInlineCall(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -15,7 +16,9 @@ func TestInlineCall(t *testing.T) {
 		{"GETATTR", callMsg(1, 2, progNFS, 3, 1, authNone, nil), true},
 		{"LOOKUP", callMsg(1, 2, progNFS, 3, 3, authNone, nil), true},
 		{"ACCESS", callMsg(1, 2, progNFS, 3, 4, authNone, nil), true},
-		{"SETATTR", callMsg(1, 2, progNFS, 3, 2, authNone, nil), true},
+		{"SETATTR", callMsg(1, 2, progNFS, 3, 2, authNone, nil), false},
+		{"REMOVE", callMsg(1, 2, progNFS, 3, 12, authNone, nil), false},
+		{"CREATE", callMsg(1, 2, progNFS, 3, 8, authNone, nil), false},
 		{"READDIRPLUS", callMsg(1, 2, progNFS, 3, 17, authNone, nil), true},
 		{"READ", callMsg(1, 2, progNFS, 3, 6, authNone, nil), false},
 		{"WRITE", callMsg(1, 2, progNFS, 3, 7, authNone, nil), false},

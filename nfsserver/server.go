@@ -426,7 +426,7 @@ func (c *conn) serve() {
 		if len(c.sem) == 0 && br.Buffered() == 0 && inlineCall(rec) {
 			// Nothing else in flight or waiting: a client that sends
 			// one call at a time (the Linux client walking a tree).
-			// A metadata call runs here, without handing it to
+			// A metadata read runs here, without handing it to
 			// another goroutine (and thread) and back.
 			s.metrics.inFlight.Add(1)
 			c.handle(rec, oversize)
@@ -453,18 +453,20 @@ func (c *conn) serve() {
 
 // inlineCall reports whether rec is an NFS call that serve may run on the
 // connection's reading goroutine when nothing else is in flight: one that
-// reads or changes metadata only. READ, WRITE and COMMIT (block content,
-// fsyncs) and MOUNT calls go to a goroutine of their own, so that a call
-// arriving meanwhile is read and runs at once.
+// reads metadata only, in one store transaction of bounded size. The rest
+// go to a goroutine of their own, so that a call arriving meanwhile is
+// read and runs at once: READ (block content), WRITE and COMMIT (fsyncs),
+// and every change (a SETATTR truncating or a REMOVE of a large file
+// deletes its blocks before it answers), and MOUNT calls.
 func inlineCall(rec []byte) bool {
 	if len(rec) < 24 || binary.BigEndian.Uint32(rec[4:]) != msgCall || binary.BigEndian.Uint32(rec[12:]) != progNFS {
 		return false
 	}
 	switch binary.BigEndian.Uint32(rec[20:]) {
-	case 6, 7, 21: // READ, WRITE, COMMIT
-		return false
+	case 0, 1, 3, 4, 5, 16, 17, 18, 19, 20: // NULL, GETATTR, LOOKUP, ACCESS, READLINK, READDIR(PLUS), FSSTAT, FSINFO, PATHCONF
+		return true
 	}
-	return true
+	return false
 }
 
 func (c *conn) isStopping() bool {
