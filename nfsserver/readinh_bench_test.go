@@ -71,17 +71,7 @@ func benchmarkReadInherited(b *testing.B, top, busy bool) {
 	if _, err := m.GC(ctx); err != nil { // rechunk both files now, not meanwhile
 		b.Fatal(err)
 	}
-	read := func(i int) {
-		off := uint64(i%fileMiB) * maxIO
-		d := c.nfs(6, authRoot, args(fh, off, uint32(maxIO)))
-		if d.u32() != 0 {
-			b.Fatal("READ failed")
-		}
-		readPostOp(d)
-		if n := d.u32(); n != maxIO {
-			b.Fatalf("READ returned %d bytes", n)
-		}
-	}
+	read := func(i int) { readMiB(b, c, fh, uint64(i%fileMiB)*maxIO) }
 	for i := range fileMiB { // warm: the figures are of later passes
 		read(i)
 	}

@@ -238,21 +238,23 @@ func renderKernel(r *Results, p func(string, ...any), missed *[]string) {
 	p("\n")
 }
 
+// firstRun returns server's sample of step in run 1, nil if there is none.
+func (k *kernelResult) firstRun(server, step string) *kernelSample {
+	for i, x := range k.Samples {
+		if x.Server == server && x.Step == step && x.Run == 1 {
+			return &k.Samples[i]
+		}
+	}
+	return nil
+}
+
 // renderKernelClient prints, per step of run 1, what the guest's client
 // counted per operation for branchnfs and ganesha side by side, and
 // branchnfs's own time per call.
 func renderKernelClient(k *kernelResult, p func(string, ...any)) {
-	sample := func(server, step string) *kernelSample {
-		for i, x := range k.Samples {
-			if x.Server == server && x.Step == step && x.Run == 1 {
-				return &k.Samples[i]
-			}
-		}
-		return nil
-	}
 	header := false
 	for _, st := range kernelSteps {
-		b, g := sample("branchnfs", st.name), sample("ganesha", st.name)
+		b, g := k.firstRun("branchnfs", st.name), k.firstRun("ganesha", st.name)
 		var ops []string
 		for _, x := range []*kernelSample{b, g} {
 			if x == nil {
@@ -407,17 +409,9 @@ func renderKernelCPU(k *kernelResult, p func(string, ...any)) {
 // counters that differ between the servers (mountstats "events:" and
 // "bytes:"): cache revalidations and invalidations, VFS calls, pages.
 func renderKernelEvents(k *kernelResult, p func(string, ...any)) {
-	sample := func(server, step string) *kernelSample {
-		for i, x := range k.Samples {
-			if x.Server == server && x.Step == step && x.Run == 1 {
-				return &k.Samples[i]
-			}
-		}
-		return nil
-	}
 	header := false
 	for _, st := range kernelSteps {
-		b, g := sample("branchnfs", st.name), sample("ganesha", st.name)
+		b, g := k.firstRun("branchnfs", st.name), k.firstRun("ganesha", st.name)
 		if b == nil || g == nil {
 			continue
 		}
