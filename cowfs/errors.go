@@ -68,11 +68,12 @@ func wrapLog(log *slog.Logger, op, path string, err error) error {
 			return &fs.PathError{Op: op, Path: path, Err: pe.Err}
 		}
 	}
-	switch e := toErrno(err); e {
+	e := toErrno(err)
+	switch e {
 	case syscall.EIO:
 		log.Warn("cowfs: unexpected error", "op", op, "path", path, "err", err)
 	case syscall.EAGAIN:
 		log.Warn("cowfs: store unavailable; the client is told to try again later", "op", op, "path", path, "err", err)
 	}
-	return pathErr(op, path, toErrno(err))
+	return pathErr(op, path, e)
 }
