@@ -295,6 +295,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		return nil, errors.New("branches: Options.Store is nil")
 	}
 	opts.EnsureDefaults()
+	// Other servers may write the store: a view trusts what its Store
+	// cached of its top layer only while this server owns the branch.
+	opts.FS.Shared = opts.FS.Shared || opts.Leases != nil
 	cow, err := cowfs.Open(ctx, opts.Store, opts.FS)
 	if err != nil {
 		return nil, fmt.Errorf("branches: open: %w", mapErr(err))

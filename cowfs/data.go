@@ -27,7 +27,10 @@ type blockReader struct {
 	// frozen, for a READ's reader (newReadBlockReader), is the cached
 	// view of the frozen layers; layers then holds the top layer at most.
 	frozen *frozenData
-	gen    readGen // the generation frozen is used under
+	// top, for a READ's reader, is the top layer's cache entry
+	// (topcache.go); layers then holds nothing.
+	top *frozenData
+	gen readGen // the generation frozen and top are used under
 }
 
 func (f *View) newBlockReader(tx kv.Txn, st state, ino InodeID) (*blockReader, error) {
@@ -92,7 +95,7 @@ func (br *blockReader) blocks(first, last uint64) (map[uint64]resolved, error) {
 // first+i, with a nil ref for a hole. The references alias the
 // transaction's buffers: use them before it ends.
 func (br *blockReader) blockRange(first, last uint64) ([]resolved, error) {
-	if br.frozen != nil {
+	if br.frozen != nil || br.top != nil {
 		return br.blockRangeCached(first, last)
 	}
 	out := make([]resolved, last-first+1)
@@ -399,21 +402,36 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 	var n int
 	var eof bool
 	rg := f.readGen() // before the READ's snapshot
+	tg := f.topGen(rg)
 	read := func(tx kv.Txn, st state) error {
-		if p, ok := tx.(kv.Prefetcher); ok {
-			// The top layer's record and its references from the first
-			// block on, which the READ reads first, in one request: as
-			// many as the READ spans, and the next, where its iteration
-			// stops.
-			top := st.stack[0]
-			pfx := dataPrefix(top, ino)
+		// The top layer's record: cached (topcache.go), or read with its
+		// references for the READ's range in one request (prefetchRead).
+		top := st.stack[0]
+		td := f.topEntry(top, ino, tg)
+		if td == nil {
 			first, last := off/f.bs, (off+uint64(max(count, 1))-1)/f.bs
-			rng := kv.IterRange{Prefix: pfx, Start: u64(append([]byte(nil), pfx...), first), Limit: int(min(last-first+2, 1<<20))}
-			if err := p.Prefetch([][]byte{inodeKey(top, ino)}, []kv.IterRange{rng}); err != nil {
+			if err := prefetchRead(tx, top, ino, first, last, true, tg.ok); err != nil {
+				return err
+			}
+			rec, err := layerInode(tx, top, ino)
+			if err != nil {
+				return err
+			}
+			if tg.ok {
+				td = f.fillTop(top, ino, rec, tg)
+			} else {
+				td = &frozenData{rec: rec} // this READ's alone
+			}
+		} else if n := td.rec; n != nil && n.Size > off && !f.hasGroups(td, off/f.bs, (off+min(uint64(max(count, 1)), n.Size-off)-1)/f.bs) {
+			first, last := off/f.bs, (off+min(uint64(max(count, 1)), n.Size-off)-1)/f.bs
+			if err := prefetchRead(tx, top, ino, first, last, false, true); err != nil {
 				return err
 			}
 		}
-		nd, l, err := f.getInode(tx, st, ino) // f.known, keeping the layer
+		nd, l, _, err := f.inodeOver(tx, st, ino, td.rec, false) // f.known, keeping the layer
+		if !tg.ok {
+			td = nil
+		}
 		if errors.Is(err, syscall.ENOENT) {
 			return syscall.ESTALE
 		}
@@ -441,11 +459,11 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 		if len(p) < int(end-off) {
 			return fmt.Errorf("cowfs: read buffer of %d bytes for %d: %w", len(p), end-off, syscall.EINVAL)
 		}
-		var top *inode // the top layer's record; nil: it holds none
-		if l == st.stack[0] {
-			top = nd
+		var topRec *inode // the top layer's record; nil: it holds none
+		if l == top {
+			topRec = nd
 		}
-		br, err := f.newReadBlockReader(tx, st, ino, top, rg)
+		br, err := f.newReadBlockReader(tx, st, ino, topRec, rg, td)
 		if err != nil {
 			return err
 		}
@@ -478,7 +496,7 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 		// Read again without the cache, and drop it.
 		f.dropCache()
 		f.s.frozen.drop()
-		rg = readGen{}
+		rg, tg = readGen{}, readGen{}
 		err = f.view(read)
 	}
 	return n, eof, f.wrap("read", "", err)

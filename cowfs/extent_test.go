@@ -310,7 +310,9 @@ func TestExtentReadKeys(t *testing.T) {
 	const bs = 32 << 10
 	ctx := context.Background()
 	cs := &keyCountingStore{Store: kvtest.NewStore(t)}
-	sto, f := newTestTree(t, cs, Options{BlockSize: bs})
+	// Without the caches of references, which would read whole groups
+	// of blocks once and then none.
+	sto, f := newTestTree(t, cs, Options{BlockSize: bs, BlockCacheBytes: -1})
 	data := make([]byte, 16<<20)
 	rand.NewChaCha8([32]byte{9}).Read(data)
 	a, err := f.Create(RootIno, "a", CreateGuarded, NewAttr{Mode: 0o644}, 0)

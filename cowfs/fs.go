@@ -30,6 +30,11 @@ type Options struct {
 	MaxFileSize uint64
 	// ReadOnly views refuse writes with EROFS (checkpoints).
 	ReadOnly bool
+	// Shared: other servers may write the store (branches.Options.Leases).
+	// A view then counts its top layer as written by this Store alone only
+	// while SetReadOnly(false) says this server owns its branch; without
+	// it, every view's top is (topcache.go).
+	Shared bool
 	// Logger receives warnings (default slog.Default()).
 	Logger *slog.Logger
 	// StatDir is a directory on the store's disk, for StatFS.
@@ -133,6 +138,12 @@ type View struct {
 	dirty atomic.Bool
 	// ro refuses writes with EROFS while set (SetReadOnly).
 	ro atomic.Bool
+	// owned, on a shared store (Options.Shared), is set while this server
+	// owns the view's branch (SetReadOnly(false)); ownedAt is the Store's
+	// reference-change sequence number when it last became so: cached
+	// entries of the top layer filled before it are void (topcache.go).
+	owned   atomic.Bool
+	ownedAt atomic.Uint64
 	// staleTop is the top layer whose interrupted truncates the view
 	// purged (finishStale); 0 before the first data write.
 	staleTop atomic.Uint64
@@ -177,10 +188,7 @@ type frozenInode struct {
 func (e *frozenInode) size() int {
 	n := 96 + 8*cap(e.layers)
 	if e.rec != nil {
-		n += 192 + len(e.rec.Target)
-		for _, l := range e.rec.Links {
-			n += 24 + len(l.Name)
-		}
+		n += e.rec.size()
 	}
 	return n
 }
@@ -225,7 +233,23 @@ func (f *View) SetFreshStackLocked(stack []LayerID) {
 
 // SetReadOnly makes later writes fail with EROFS while ro is set (a
 // branch another server writes), and allows them again once it is not.
-func (f *View) SetReadOnly(ro bool) { f.ro.Store(ro) }
+// On a shared store (Options.Shared) it also tells the view whether this
+// server owns the branch: only then may a READ use what the Store cached
+// of the top layer, which no other server writes meanwhile (topcache.go).
+func (f *View) SetReadOnly(ro bool) {
+	if ro {
+		f.owned.Store(false) // before writes stop: no READ trusts the cache from here on
+		f.ro.Store(true)
+		return
+	}
+	if f.opts.Shared && !f.owned.Load() {
+		// Another server may have written the top while this one did
+		// not own it: what was cached of it before now is void.
+		f.ownedAt.Store(f.s.frozen.bump())
+		f.owned.Store(true)
+	}
+	f.ro.Store(false)
+}
 
 // TopDirty reports whether the top layer may hold writes. False means it
 // is certainly empty; true means it may be (check with LayerEmpty).
@@ -380,7 +404,14 @@ func (f *View) getInodeLayers(tx kv.Txn, st state, ino InodeID, withLayers bool)
 	if err != nil {
 		return nil, 0, nil, err
 	}
+	return f.inodeOver(tx, st, ino, top, withLayers)
+}
+
+// inodeOver is getInodeLayers given the top layer's record of ino (top,
+// nil if it holds none).
+func (f *View) inodeOver(tx kv.Txn, st state, ino InodeID, top *inode, withLayers bool) (*inode, LayerID, []LayerID, error) {
 	var fr *frozenInode
+	var err error
 	if top == nil || withLayers {
 		if fr, err = f.frozenOf(tx, st, ino); err != nil {
 			return nil, 0, nil, err

@@ -89,6 +89,8 @@ func layerEmpty(tx kv.Txn, l LayerID) (bool, error) {
 // (used to reclaim layers nothing references any more). It returns the
 // number of keys removed.
 func (s *Store) DeleteLayer(ctx context.Context, l LayerID) (int, error) {
+	s.frozen.begin([]LayerID{l})
+	defer s.frozen.end([]LayerID{l})
 	total, err := deletePrefix(ctx, s.kv, layerPrefix(l))
 	if err != nil {
 		return total, err

@@ -414,6 +414,11 @@ func (f *View) write(op, name string, commit func(st state) error) error {
 		return pathErr(op, name, err.(syscall.Errno))
 	}
 	f.dirty.Store(true) // before the commit: a racing fork must not miss it
+	// The top layer changes: what READs cached of it is not used from
+	// here on, nor filled by a READ that overlaps the change (topcache.go).
+	c := f.s.frozen
+	c.begin(st.stack[:1])
+	defer c.end(st.stack[:1])
 	return f.wrap(op, name, commit(st))
 }
 

@@ -110,6 +110,15 @@ func (c *frozenCache) end(layers []LayerID) {
 	}
 }
 
+// bump starts a new sequence number and returns it: entries filled
+// before it carry a lower at.
+func (c *frozenCache) bump() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	return c.seq
+}
+
 // stableLocked reports whether no layer of stack is busy or changed
 // after at.
 func (c *frozenCache) stableLocked(stack []LayerID, at uint64) bool {
@@ -149,17 +158,21 @@ func frozenKey(ino InodeID, frozen []LayerID) string {
 }
 
 // frozenData is what the frozen layers of a stack hold of one inode's
-// data. All but groups is read only; groups is guarded by the
+// data, or, for an entry of a top layer (topcache.go), what that layer
+// holds of it. All but groups is read only; groups is guarded by the
 // frozenCache's mu, its slices read only once stored.
 type frozenData struct {
-	key    string    // frozenKey
-	stack  []LayerID // the frozen layers of the stack, top first
+	key    string    // frozenKey, or topKey
+	stack  []LayerID // the frozen layers of the stack, top first; or the top layer alone
 	at     uint64    // the cache's seq before the filling READ's snapshot
 	layers []LayerID // frozen layers holding a record, top first, down to the first with cut 0
 	cuts   []uint64  // their records' Cut; 0 for a tombstone
+	// rec, in an entry of a top layer, is the layer's record of the
+	// inode, nil if it holds none; shared, read only.
+	rec *inode
 	// groups maps group g to the resolved references of blocks
 	// [g*cacheGroup, (g+1)*cacheGroup), a nil ref for a hole, with limits
-	// from the frozen layers' cuts alone.
+	// from the entry's layers' cuts alone.
 	groups map[uint64][]resolved
 }
 
@@ -183,13 +196,19 @@ func (f *View) readGen() readGen {
 // newReadBlockReader is newBlockReader for a READ of an inode whose top
 // layer's record the caller read (top, nil if that layer holds none): the
 // frozen layers come from the cache (filled on a miss), and only the top
-// layer's references are read.
-func (f *View) newReadBlockReader(tx kv.Txn, st state, ino InodeID, top *inode, rg readGen) (*blockReader, error) {
-	if !rg.ok || len(st.stack) < 2 {
+// layer's references are read, or taken from td, the top layer's cache
+// entry, when it is not nil (topcache.go).
+func (f *View) newReadBlockReader(tx kv.Txn, st state, ino InodeID, top *inode, rg readGen, td *frozenData) (*blockReader, error) {
+	if !rg.ok || (len(st.stack) < 2 && td == nil) {
 		return f.newBlockReader(tx, st, ino)
 	}
-	br := &blockReader{f: f, tx: tx, ino: ino}
-	if top != nil {
+	br := &blockReader{f: f, tx: tx, ino: ino, gen: rg}
+	if td != nil {
+		br.top = td
+		if len(td.layers) > 0 && td.cuts[0] == 0 || len(st.stack) < 2 {
+			return br, nil // nothing below is visible
+		}
+	} else if top != nil {
 		cut := top.Cut
 		if top.Deleted {
 			cut = 0
@@ -250,8 +269,14 @@ func (f *View) frozenDataOf(tx kv.Txn, st state, ino InodeID, rg readGen) (*froz
 }
 
 // size estimates the memory of a new entry: the map slot, the key, the
-// entry and its slices.
-func (fd *frozenData) size() int { return 160 + 2*len(fd.key) + 8*len(fd.stack) + 16*len(fd.layers) }
+// entry, its slices and its record.
+func (fd *frozenData) size() int {
+	n := 160 + 2*len(fd.key) + 8*len(fd.stack) + 16*len(fd.layers)
+	if fd.rec != nil {
+		n += fd.rec.size()
+	}
+	return n
+}
 
 // sizeLocked is size with the groups the entry holds.
 func (fd *frozenData) sizeLocked() int {
@@ -273,8 +298,12 @@ func groupSize(grp []resolved) int {
 
 // frozenGroup returns the frozen layers' references of group g, from the
 // cache or resolved and cached.
-func (br *blockReader) frozenGroup(g uint64) ([]resolved, error) {
-	c, fd := br.f.s.frozen, br.frozen
+func (br *blockReader) frozenGroup(g uint64) ([]resolved, error) { return br.group(br.frozen, g) }
+
+// group returns the references fd's layers hold of group g, from the
+// cache or resolved and cached.
+func (br *blockReader) group(fd *frozenData, g uint64) ([]resolved, error) {
+	c := br.f.s.frozen
 	c.mu.Lock()
 	grp, ok := fd.groups[g]
 	c.mu.Unlock()
@@ -315,13 +344,29 @@ func (br *blockReader) frozenGroup(g uint64) ([]resolved, error) {
 	return grp, nil
 }
 
-// blockRangeCached is blockRange for a reader with frozen set: the top
-// layer's references, then the cached frozen ones it does not shadow,
-// limited by the top record's cut.
+// blockRangeCached is blockRange for a reader with frozen or top set:
+// the top layer's references (cached, with top), then the cached frozen
+// ones it does not shadow, limited by the top record's cut.
 func (br *blockReader) blockRangeCached(first, last uint64) ([]resolved, error) {
 	out := make([]resolved, last-first+1)
 	limit := uint64(1<<64 - 1)
-	if len(br.layers) > 0 {
+	switch {
+	case br.top != nil:
+		if len(br.top.layers) == 0 {
+			break // the top holds no record: none of the inode's blocks
+		}
+		for g := first / cacheGroup; g <= last/cacheGroup; g++ {
+			grp, err := br.group(br.top, g)
+			if err != nil {
+				return nil, err
+			}
+			lo := g * cacheGroup
+			for idx := max(first, lo); idx <= min(last, lo+cacheGroup-1); idx++ {
+				out[idx-first] = grp[idx-lo]
+			}
+		}
+		limit = br.top.cuts[0]
+	case len(br.layers) > 0:
 		err := br.resolveLayers(br.layers, br.cuts, first, last,
 			func(idx uint64) bool { return out[idx-first].ref != nil },
 			func(idx uint64, r resolved) {
@@ -335,7 +380,7 @@ func (br *blockReader) blockRangeCached(first, last uint64) ([]resolved, error) 
 		}
 		limit = br.cuts[0]
 	}
-	if len(br.frozen.layers) == 0 {
+	if br.frozen == nil || len(br.frozen.layers) == 0 {
 		return out, nil
 	}
 	bs := br.f.bs

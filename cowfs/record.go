@@ -44,6 +44,15 @@ type inode struct {
 
 const recVersion = 1
 
+// size estimates the memory of a decoded record with its names.
+func (n *inode) size() int {
+	sz := 192 + len(n.Target)
+	for _, l := range n.Links {
+		sz += 24 + len(l.Name)
+	}
+	return sz
+}
+
 var errCorrupt = errors.New("cowfs: corrupt record")
 
 func (n *inode) encode() []byte {
