@@ -19,6 +19,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/cowfs"
+	"golang.org/x/sys/unix"
 )
 
 // Branches is what the server needs from the branch store.
@@ -291,7 +292,8 @@ type conn struct {
 	queued   int  // bytes of replies queued or being written
 	stopping bool // stopReading was called
 
-	wbufs [][]byte // used by the writer only, outside wmu
+	wbufs [][]byte     // used by the writer only, outside wmu
+	iov   []unix.Iovec // used by the writer only, outside wmu
 
 	// used maps the id of each branch whose handles (of its own export,
 	// not of "/") this connection used to the time, in Unix nanoseconds,
@@ -608,9 +610,8 @@ func (c *conn) send(b []byte) {
 			// records it wrote to nil), so give it a copy: batch keeps
 			// the buffers for the pool.
 			c.wbufs = append(c.wbufs[:0], batch...)
-			wb := net.Buffers(c.wbufs)
 			c.nc.SetWriteDeadline(time.Now().Add(writeDeadline))
-			_, err = wb.WriteTo(c.nc)
+			err = writeRecords(c.nc, c.wbufs, &c.iov)
 			clear(c.wbufs)
 		}
 		n := 0
@@ -630,6 +631,14 @@ func (c *conn) send(b []byte) {
 	}
 	c.writing = false
 	c.wmu.Unlock()
+}
+
+// writeBuffers writes every byte of bufs to nc, in order, with writev
+// where nc supports it; it consumes bufs (net.Buffers.WriteTo).
+func writeBuffers(nc net.Conn, bufs [][]byte) error {
+	wb := net.Buffers(bufs)
+	_, err := wb.WriteTo(nc)
+	return err
 }
 
 // request is one decoded RPC call.
