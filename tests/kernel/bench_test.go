@@ -71,6 +71,10 @@ func BenchmarkKernelTree(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Logf("tree %s: %d files, %d directories, %d bytes", cfg.TreeDir, tree.Files, tree.Dirs, tree.Bytes)
+	steps, err := cfg.timedSteps()
+	if err != nil {
+		b.Fatal(err)
+	}
 	script := kernelBenchScript(cfg, tree)
 	procs := newProcCounter(cfg.Servers)
 	client := newClientCounter()
@@ -92,14 +96,14 @@ func BenchmarkKernelTree(b *testing.B) {
 	var counted []string
 	for r := 1; r <= cfg.Runs; r++ {
 		for _, s := range cfg.Servers {
-			for i, step := range kernelBenchSteps {
+			for i, step := range steps {
 				name := fmt.Sprintf("r%d_%s_%s", r, s.Name, step)
 				smp := kernelBenchSample{Server: s.Name, Run: r, Step: step}
-				smp.Procs, smp.ServerMicros = procs.step(s.Name, (r-1)*len(kernelBenchSteps)+i)
+				smp.Procs, smp.ServerMicros = procs.step(s.Name, (r-1)*len(steps)+i)
 				if len(smp.Procs) > 0 {
 					counted = append(counted, name+": "+formatProcs(smp.Procs))
 				}
-				smp.Client, smp.Events = client.step(s.Name, (r-1)*len(kernelBenchSteps)+i)
+				smp.Client, smp.Events = client.step(s.Name, (r-1)*len(steps)+i)
 				if len(smp.Client) > 0 {
 					counted = append(counted, name+" (client): "+formatClient(smp.Client))
 				}
@@ -146,7 +150,36 @@ type kernelBenchConfig struct {
 	Servers []benchServer `json:"servers"`
 	TreeDir string        `json:"tree_dir"` // packed into a tarball at run time
 	Runs    int           `json:"runs"`
-	Out     string        `json:"out"` // where the kernelBenchResult goes
+	// Steps are the steps timed in every run, a subset of
+	// kernelBenchSteps (empty: all). Without untar, the tree is untarred
+	// once per server before the runs, untimed, and every run works on
+	// that copy; rm then cannot be timed (the next run would find no
+	// tree). Timing only lsR many times measures it alone.
+	Steps []string `json:"steps,omitempty"`
+	Out   string   `json:"out"` // where the kernelBenchResult goes
+}
+
+// timedSteps returns the steps timed in every run, in kernelBenchSteps'
+// order, or why cfg.Steps cannot be run.
+func (cfg kernelBenchConfig) timedSteps() ([]string, error) {
+	if len(cfg.Steps) == 0 {
+		return kernelBenchSteps, nil
+	}
+	for _, s := range cfg.Steps {
+		if !contains(kernelBenchSteps, s) {
+			return nil, fmt.Errorf("kernel bench: unknown step %q (steps are %s)", s, strings.Join(kernelBenchSteps, ", "))
+		}
+	}
+	var out []string
+	for _, s := range kernelBenchSteps {
+		if contains(cfg.Steps, s) {
+			out = append(out, s)
+		}
+	}
+	if contains(out, "rm") && !contains(out, "untar") {
+		return nil, fmt.Errorf("kernel bench: rm is timed only with untar (each run removes the tree it untarred)")
+	}
+	return out, nil
 }
 
 // benchServer is one NFSv3 export on the host's loopback.
@@ -590,17 +623,18 @@ func packTree(src, tarPath, sumsPath string) (treeInfo, error) {
 }
 
 // runOrder returns the servers in the order run r (from 1) visits them:
-// as given in odd runs, reversed in even ones. Whichever server goes
-// first in a run follows the other's rm -rf and meets the guest in
-// another state (one run with ganesha first had branchnfs's untar at
-// 1.11x ganesha where runs with branchnfs first had it at 0.88-0.98x),
-// so no server should always go first.
+// rotated by r-1, so that with two servers they go as given in odd runs
+// and reversed in even ones, and with n servers each goes first once in
+// every n runs. Whichever server goes first in a run follows the other's
+// rm -rf and meets the guest in another state (one run with ganesha
+// first had branchnfs's untar at 1.11x ganesha where runs with branchnfs
+// first had it at 0.88-0.98x), so no server should always go first.
 func runOrder(servers []benchServer, r int) []benchServer {
-	out := slices.Clone(servers)
-	if r%2 == 0 {
-		slices.Reverse(out)
+	if len(servers) == 0 {
+		return nil
 	}
-	return out
+	k := (r - 1) % len(servers)
+	return append(slices.Clone(servers[k:]), servers[:k]...)
 }
 
 // kernelBenchScript is the guest's scenario: mount every server, then per
@@ -643,11 +677,22 @@ mstats() {
 		}
 		return "drop_count " + s.Name
 	}
+	steps, _ := cfg.timedSteps() // checked by the caller
+	untarEach := contains(steps, "untar")
+	if !untarEach {
+		// One untimed copy per server that every run reads or lists.
+		for _, s := range cfg.Servers {
+			fmt.Fprintf(&sb, "step prep_%s untar /mnt/%s/kbench0\n", s.Name, s.Name)
+		}
+	}
 	for r := 1; r <= cfg.Runs; r++ {
 		for _, s := range runOrder(cfg.Servers, r) {
 			d := fmt.Sprintf("/mnt/%s/kbench%d", s.Name, r)
+			if !untarEach {
+				d = fmt.Sprintf("/mnt/%s/kbench0", s.Name)
+			}
 			fns := map[string]string{"untar": "untar", "read": "read_all", "lsR": "lsR", "rm": "rmrf"}
-			for _, step := range kernelBenchSteps {
+			for _, step := range steps {
 				fmt.Fprintf(&sb, "step r%d_%s_%s_drop %s\n", r, s.Name, step, drop(s))
 				fmt.Fprintf(&sb, "step r%d_%s_%s %s %s\n", r, s.Name, step, fns[step], d)
 			}
@@ -697,6 +742,61 @@ func TestKernelBenchScript(t *testing.T) {
 	}
 	if !strings.Contains(script, `bench_mount a /x 1 2`) || !strings.Contains(script, `want 7"`) {
 		t.Errorf("script:\n%s", script)
+	}
+}
+
+// TestKernelBenchScriptSteps checks the scenario that times only some
+// steps: the tree is untarred once per server, untimed, and every run
+// lists that copy; steps that cannot run alone are refused.
+func TestKernelBenchScriptSteps(t *testing.T) {
+	cfg := kernelBenchConfig{Runs: 4, Steps: []string{"lsR"}, Servers: []benchServer{{Name: "a", Export: "/x", Store: "/s"}, {Name: "b", Export: "/y"}}}
+	steps := scenarioSteps(kernelBenchScript(cfg, treeInfo{Source: "/usr/src/net", Files: 7}))
+	var timed []string
+	for _, s := range steps {
+		if strings.HasPrefix(s, "r") && !strings.HasSuffix(s, "_drop") {
+			timed = append(timed, s)
+		}
+	}
+	if got := strings.Join(timed, " "); got != "r1_a_lsR r1_b_lsR r2_b_lsR r2_a_lsR r3_a_lsR r3_b_lsR r4_b_lsR r4_a_lsR" {
+		t.Errorf("timed steps %s", got)
+	}
+	if !(slices.Index(steps, "prep_a") >= 0 && slices.Index(steps, "prep_b") < slices.Index(steps, "r1_a_lsR_drop")) {
+		t.Errorf("the tree is not untarred before the runs: %v", steps)
+	}
+	script := kernelBenchScript(cfg, treeInfo{Source: "/usr/src/net", Files: 7})
+	if !strings.Contains(script, "step r3_b_lsR lsR /mnt/b/kbench0\n") || strings.Contains(script, "kbench1") {
+		t.Errorf("runs do not all list the one copy:\n%s", script)
+	}
+	for _, c := range []struct {
+		steps []string
+		want  string // "" for accepted, else part of the error
+	}{
+		{nil, ""}, {[]string{"rm", "untar"}, ""}, {[]string{"read", "lsR"}, ""},
+		{[]string{"rm"}, "only with untar"}, {[]string{"lsR", "ls"}, `unknown step "ls"`},
+	} {
+		got, err := kernelBenchConfig{Steps: c.steps}.timedSteps()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("steps %v: %v", c.steps, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("steps %v: error %v, want %q", c.steps, err, c.want)
+		}
+		if c.want == "" && len(c.steps) == 2 && (len(got) != 2 || !slices.IsSorted([]int{slices.Index(kernelBenchSteps, got[0]), slices.Index(kernelBenchSteps, got[1])})) {
+			t.Errorf("steps %v run as %v, want kernelBenchSteps' order", c.steps, got)
+		}
+	}
+	// Three servers: each goes first once in three runs.
+	three := []benchServer{{Name: "a"}, {Name: "b"}, {Name: "c"}}
+	var firsts []string
+	for r := 1; r <= 3; r++ {
+		o := runOrder(three, r)
+		if len(o) != 3 {
+			t.Fatalf("run %d visits %v", r, o)
+		}
+		firsts = append(firsts, o[0].Name)
+	}
+	if got := strings.Join(firsts, ""); got != "abc" {
+		t.Errorf("first servers of runs 1-3: %s, want abc", got)
 	}
 }
 

@@ -119,6 +119,18 @@ func (s *suite) kernelRun(res *kernelResult) error {
 		defer s.recordMem(fmt.Sprintf("kernel client, %s tree", s.cfg.KernelTree), srv)
 		servers = append(servers, map[string]any{"name": "branchnfs", "nfs_port": srv.nfsPort, "mount_port": srv.mountPort, "export": "/main", "store": store, "pid": srv.cmd.Process.Pid})
 	}
+	if s.baseline != "" {
+		store, _, err := s.newStoreWith(s.baseline, "kernel-baseline-store", 100)
+		if err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
+		srv, err := startBranchnfs(s.baseline, store, filepath.Join(dir, "baseline.log"))
+		if err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
+		defer srv.stop()
+		servers = append(servers, map[string]any{"name": "baseline", "nfs_port": srv.nfsPort, "mount_port": srv.mountPort, "export": "/main", "store": store, "pid": srv.cmd.Process.Pid})
+	}
 	g, err := startGanesha(dir)
 	if err != nil {
 		return fmt.Errorf("ganesha: %w", err)
@@ -127,12 +139,18 @@ func (s *suite) kernelRun(res *kernelResult) error {
 	servers = append(servers, map[string]any{"name": "ganesha", "nfs_port": g.nfsPort, "mount_port": g.mountPort, "export": g.root, "pid": g.cmd.Process.Pid})
 
 	out := filepath.Join(dir, "result.json")
-	cfg, _ := json.Marshal(map[string]any{"servers": servers, "tree_dir": tree, "runs": s.cfg.KernelRuns, "out": out})
+	var steps []string
+	if s.cfg.KernelSteps != "" {
+		for _, x := range strings.Split(s.cfg.KernelSteps, ",") {
+			steps = append(steps, strings.TrimSpace(x))
+		}
+	}
+	cfg, _ := json.Marshal(map[string]any{"servers": servers, "tree_dir": tree, "runs": s.cfg.KernelRuns, "steps": steps, "out": out})
 	cfgPath := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
 		return err
 	}
-	s.logf("kernel client: %s, %d runs on %d servers (qemu TCG guest)", tree, s.cfg.KernelRuns, len(servers))
+	s.logf("kernel client: %s, %d runs on %d servers (qemu TCG guest), steps %v", tree, s.cfg.KernelRuns, len(servers), steps)
 	cmd := exec.Command("go", "test", "-count=1", "-run", "^$", "-bench", "^BenchmarkKernelTree$", "-benchtime", "1x", "-timeout", "60m", "./tests/kernel/")
 	cmd.Env = append(os.Environ(), "BRANCHNFS_KERNEL_BENCH="+cfgPath)
 	log, err := cmd.CombinedOutput()
@@ -164,6 +182,13 @@ func kernelRows(samples []kernelSample) []kernelRow {
 		}
 	}
 	for _, st := range kernelSteps {
+		timed := false
+		for _, x := range samples {
+			timed = timed || x.Step == st.name
+		}
+		if !timed {
+			continue // not one of the run's steps (--kernel-steps)
+		}
 		for _, srv := range servers {
 			var v []float64
 			for _, x := range samples {
@@ -175,6 +200,31 @@ func kernelRows(samples []kernelSample) []kernelRow {
 		}
 	}
 	return rows
+}
+
+// pairedRatio is the median over runs of a's time over b's for step, each
+// run's pair measured minutes apart at most in one boot: less moved by a
+// slow stretch of the machine than the ratio of the medians.
+func pairedRatio(samples []kernelSample, a, b, step string) (stats.Summary, bool) {
+	byRun := map[int]map[string]float64{}
+	for _, x := range samples {
+		if x.Step == step && x.Error == "" && (x.Server == a || x.Server == b) {
+			if byRun[x.Run] == nil {
+				byRun[x.Run] = map[string]float64{}
+			}
+			byRun[x.Run][x.Server] = x.Seconds
+		}
+	}
+	var v []float64
+	for _, m := range byRun {
+		if xa, xb := m[a], m[b]; xa > 0 && xb > 0 {
+			v = append(v, xa/xb)
+		}
+	}
+	if len(v) == 0 {
+		return stats.Summary{}, false
+	}
+	return stats.Summarize(v), true
 }
 
 func contains(list []string, s string) bool {
@@ -193,10 +243,28 @@ func renderKernel(r *Results, p func(string, ...any), missed *[]string) {
 	k := r.Kernel
 	p("## 8. A source tree through the Linux kernel client (qemu TCG guest; seconds)\n\n")
 	if k.Tree.Files > 0 {
-		p("Tree: `%s` (%d files, %d directories, %.1f MiB), packed into a tarball at run time; guest boot %.1f s; %d runs per figure, servers interleaved in one boot; every step starts with the guest's caches dropped.\n\n",
+		p("Tree: `%s` (%d files, %d directories, %.1f MiB), packed into a tarball at run time; guest boot %.1f s; %d runs per figure, servers interleaved in one boot, each first in its share of the runs; every step starts with the guest's caches dropped.\n\n",
 			k.Tree.Source, k.Tree.Files, k.Tree.Dirs, float64(k.Tree.Bytes)/(1<<20), k.BootSeconds, r.Config.KernelRuns)
 	}
-	p("| step | what the guest runs | branchnfs main | nfs-ganesha (VFS) | vs ganesha (ganesha's time / ours) |\n|---|---|---|---|---|\n")
+	if r.Config.KernelSteps != "" {
+		p("Steps timed: %s; without untar, the tree is untarred once per server before the runs, untimed, and every run works on that copy.\n\n", r.Config.KernelSteps)
+	}
+	withBase := false
+	for _, x := range k.Rows {
+		withBase = withBase || x.Server == "baseline"
+	}
+	if withBase {
+		p("| step | what the guest runs | branchnfs main | baseline branchnfs main | nfs-ganesha (VFS) | vs ganesha (ganesha's time / ours) | per-run ratio vs ganesha, median (min–max) | vs baseline (its time / ours) | per-run ratio vs baseline |\n|---|---|---|---|---|---|---|---|---|\n")
+	} else {
+		p("| step | what the guest runs | branchnfs main | nfs-ganesha (VFS) | vs ganesha (ganesha's time / ours) | per-run ratio vs ganesha, median (min–max) |\n|---|---|---|---|---|---|\n")
+	}
+	paired := func(a, b, step string) string {
+		r, ok := pairedRatio(k.Samples, a, b, step)
+		if !ok {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f× (%.2f–%.2f)", r.Median, r.Min, r.Max)
+	}
 	find := func(server, step string) stats.Summary {
 		for _, x := range k.Rows {
 			if x.Server == server && x.Step == step {
@@ -213,7 +281,16 @@ func renderKernel(r *Results, p func(string, ...any), missed *[]string) {
 	}
 	for _, st := range kernelSteps {
 		b, g := find("branchnfs", st.name), find("ganesha", st.name)
-		p("| %s | %s | %s | %s | %s |\n", st.name, st.what, sec(b), sec(g), ratio(g, b))
+		if b.N == 0 && g.N == 0 {
+			continue // not timed in this run (--kernel-steps)
+		}
+		if withBase {
+			base := find("baseline", st.name)
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", st.name, st.what, sec(b), sec(base), sec(g), ratio(g, b),
+				paired("ganesha", "branchnfs", st.name), ratio(base, b), paired("baseline", "branchnfs", st.name))
+		} else {
+			p("| %s | %s | %s | %s | %s | %s |\n", st.name, st.what, sec(b), sec(g), ratio(g, b), paired("ganesha", "branchnfs", st.name))
+		}
 		if b.N > 0 && g.N > 0 && b.Median > g.Median {
 			*missed = append(*missed, fmt.Sprintf("kernel client %s: %.2f s vs ganesha %.2f s (%s)", st.name, b.Median, g.Median, ratio(g, b)))
 		}

@@ -41,6 +41,7 @@ type suiteConfig struct {
 	LatencyMiB  int    `json:"latency_mib,omitempty"`
 	KernelTree  string `json:"kernel_tree,omitempty"` // under $(go env GOROOT)/src
 	KernelRuns  int    `json:"kernel_runs,omitempty"`
+	KernelSteps string `json:"kernel_steps,omitempty"` // comma-separated; empty: all
 }
 
 // Results is the JSON written to bench/results.
@@ -149,7 +150,7 @@ func runSuite(args []string) error {
 	quick := fs.Bool("quick", false, "small sizes, under 2 minutes")
 	runs := fs.Int("runs", 5, "runs per throughput/metadata figure (median, min, max)")
 	bnfs := fs.String("branchnfs", "", "branchnfs binary (empty: peers only)")
-	baseline := fs.String("baseline", "", "a second branchnfs binary (an earlier build) measured beside the first in the seq and meta sections, as \"baseline branchnfs main\"")
+	baseline := fs.String("baseline", "", "a second branchnfs binary (an earlier build) measured beside the first in the seq, meta and kernel sections, as \"baseline branchnfs main\"")
 	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
 	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
 	commit := fs.String("commit", "unknown", "commit id for the result name")
@@ -161,7 +162,8 @@ func runSuite(args []string) error {
 	latency := fs.Bool("latency", false, "latency section: RPC latencies while heavy work runs (alone, it runs only this section)")
 	latencyMiB := fs.Int("latency-mib", 1024, "latency section: size of the large branch merged and reclaimed (quick: 64)")
 	kernelTree := fs.String("kernel-tree", "crypto", "kernel section: the tree under $(go env GOROOT)/src that the guest untars, reads, lists and removes (quick: net)")
-	kernelRuns := fs.Int("kernel-runs", 3, "kernel section: runs per server (quick: 1)")
+	kernelRuns := fs.Int("kernel-runs", 4, "kernel section: runs per server, each server first in every other run (quick: 1)")
+	kernelSteps := fs.String("kernel-steps", "", "kernel section: comma-separated steps timed in every run, of untar,read,lsR,rm (default all; without untar the tree is untarred once, untimed, e.g. --kernel-steps lsR --kernel-runs 20)")
 	backend := fs.String("backend", "", "etcd+s3: the scale-out section, Badger beside metadata on a 3-member etcd and blocks in versitygw (alone, it runs only this section)")
 	etcdMember := fs.String("etcdmember", "", "scale-out section: the internal/testbin/etcdmember binary")
 	versitygw := fs.String("versitygw", "", "scale-out section: the versitygw binary")
@@ -185,7 +187,7 @@ func runSuite(args []string) error {
 	cfg := suiteConfig{Quick: *quick, Runs: *runs, SeqMiB: 256, ReqSize: 1 << 20, Conns: 4, Depth: 2,
 		MetaFiles: 10000, MetaWorkers: 4, Bases: []int{100, 10000, 100000}, OpRuns: 50, BigRuns: 5,
 		MaxCommit: 100e6, Sections: *sections, SoakRounds: *soakRounds, SoakEvery: max(1, *soakEvery), LatencyMiB: *latencyMiB,
-		KernelTree: *kernelTree, KernelRuns: max(1, *kernelRuns)}
+		KernelTree: *kernelTree, KernelRuns: max(1, *kernelRuns), KernelSteps: *kernelSteps}
 	if *quick && !flagSet(fs, "latency-mib") {
 		cfg.LatencyMiB = 64
 	}

@@ -88,8 +88,8 @@ func TestKernelRows(t *testing.T) {
 		{Server: "ganesha", Run: 1, Step: "rm", Seconds: 1},
 	}
 	rows := kernelRows(samples)
-	if len(rows) != 2*len(kernelSteps) {
-		t.Fatalf("%d rows, want %d", len(rows), 2*len(kernelSteps))
+	if len(rows) != 2*2 {
+		t.Fatalf("%d rows, want 4 (two servers, the two steps timed)", len(rows))
 	}
 	if r := rows[0]; r.Server != "branchnfs" || r.Step != "untar" || r.Seconds.N != 2 || r.Seconds.Median != 3 {
 		t.Errorf("first row %+v, want branchnfs untar median 3 of 2", r)
@@ -97,16 +97,46 @@ func TestKernelRows(t *testing.T) {
 	if r := rows[1]; r.Server != "ganesha" || r.Seconds.N != 1 || r.Seconds.Median != 6 {
 		t.Errorf("second row %+v, want ganesha untar: the failed run left out", r)
 	}
-	res := &Results{Kernel: &kernelResult{Rows: rows}}
+	res := &Results{Kernel: &kernelResult{Rows: rows, Samples: samples}}
 	res.Config.KernelRuns = 2
 	var b strings.Builder
 	var missed []string
 	renderKernel(res, func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, &missed)
-	if !strings.Contains(b.String(), "| untar | tar xf of the tree into the mount, then sync | 3.00 (2.00–4.00) | 6.00 (6.00–6.00) | 2.00× |") {
+	// The per-run ratio pairs run 1 only: ganesha's run 2 failed.
+	if !strings.Contains(b.String(), "| untar | tar xf of the tree into the mount, then sync | 3.00 (2.00–4.00) | 6.00 (6.00–6.00) | 2.00× | 1.50× (1.50–1.50) |") {
 		t.Errorf("table:\n%s", b.String())
+	}
+	if strings.Contains(b.String(), "| lsR |") || strings.Contains(b.String(), "baseline") {
+		t.Errorf("table shows a step not timed or a baseline not run:\n%s", b.String())
 	}
 	if len(missed) != 1 || !strings.Contains(missed[0], "kernel client rm") {
 		t.Errorf("missed = %q, want only rm (3 s vs 1 s)", missed)
+	}
+}
+
+// With a baseline build, the kernel table gives its time and our ratio
+// against it, by the medians and run by run.
+func TestKernelRowsBaseline(t *testing.T) {
+	var samples []kernelSample
+	for r, v := range [][3]float64{{0.5, 0.6, 0.45}, {0.4, 0.5, 0.5}, {0.6, 0.6, 0.6}} {
+		for i, srv := range []string{"branchnfs", "baseline", "ganesha"} {
+			samples = append(samples, kernelSample{Server: srv, Run: r + 1, Step: "lsR", Seconds: v[i]})
+		}
+	}
+	r, ok := pairedRatio(samples, "baseline", "branchnfs", "lsR")
+	if !ok || r.N != 3 || r.Median != 1.2 || r.Min != 1 || r.Max != 1.25 {
+		t.Errorf("paired ratio = %+v, %v; want median 1.2 of 3 (1-1.25)", r, ok)
+	}
+	res := &Results{Kernel: &kernelResult{Rows: kernelRows(samples), Samples: samples}}
+	res.Config.KernelRuns, res.Config.KernelSteps = 3, "lsR"
+	var b strings.Builder
+	var missed []string
+	renderKernel(res, func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }, &missed)
+	if !strings.Contains(b.String(), "| lsR | ls -lR of the tree | 0.50 (0.40–0.60) | 0.60 (0.50–0.60) | 0.50 (0.45–0.60) | 1.00× | 1.00× (0.90–1.25) | 1.20× | 1.20× (1.00–1.25) |") {
+		t.Errorf("table:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "Steps timed: lsR") || len(missed) != 0 {
+		t.Errorf("missed %q; table:\n%s", missed, b.String())
 	}
 }
 
