@@ -310,12 +310,16 @@ var (
 	// mount's.
 	gcpuNames = []string{"guest_user", "guest_nice", "guest_system", "guest_idle", "guest_iowait", "guest_irq", "guest_softirq", "guest_intr", "guest_ctxt"}
 	tcpNames  = []string{"tcp_insegs", "tcp_outsegs", "tcp_retranssegs"}
+	// Some of the guest's memory counters (/proc/vmstat), as vm_NAME:
+	// pages allocated and freed, page faults, and the slab pages in use
+	// (which grow with the inodes and dentries the client builds).
+	vmNames = []string{"pgalloc_dma32", "pgalloc_normal", "pgfree", "pgfault", "nr_slab_reclaimable", "nr_slab_unreclaimable"}
 )
 
 // parseClientCounters parses a "events=v,v,..." or "bytes=v,v,..." token
 // into out.
 func parseClientCounters(kind, vals string, out map[string]uint64) error {
-	names := map[string][]string{"events": eventNames, "bytes": bytesNames, "gcpu": gcpuNames, "tcp": tcpNames}[kind]
+	names := map[string][]string{"events": eventNames, "bytes": bytesNames, "gcpu": gcpuNames, "tcp": tcpNames, "vm": vmNames}[kind]
 	for i, f := range strings.Split(vals, ",") {
 		v, err := strconv.ParseUint(f, 10, 64)
 		if err != nil {
@@ -324,6 +328,9 @@ func parseClientCounters(kind, vals string, out map[string]uint64) error {
 		name := fmt.Sprintf("%s%d", kind, i)
 		if i < len(names) {
 			name = names[i]
+			if kind == "vm" {
+				name = "vm_" + name
+			}
 		}
 		out[name] = v
 	}
@@ -344,7 +351,7 @@ func (c *clientCounter) snapshot(args []string) error {
 		switch kind {
 		case "events", "bytes":
 			err = parseClientCounters(kind, vals, events)
-		case "gcpu", "tcp":
+		case "gcpu", "tcp", "vm":
 			err = parseClientCounters(kind, vals, guest)
 		default:
 			ops = append(ops, t)
@@ -663,8 +670,10 @@ mstats() {
 	awk '$1 == "cpu" { c = $2 "," $3 "," $4 "," $5 "," $6 "," $7 "," $8 } $1 == "intr" { i = $2 } $1 == "ctxt" { x = $2 }
 		END { printf "gcpu=%%s,%%s,%%s ", c, i, x }' /proc/stat
 	awk '$1 == "Tcp:" && $2 ~ /^[0-9]/ { printf "tcp=%%s,%%s,%%s ", $11, $12, $13 }' /proc/net/snmp
+	awk -v names="%[3]s" 'BEGIN { n = split(names, k, " ") } { v[$1] = $2 }
+		END { printf "vm="; for (i = 1; i <= n; i++) printf "%%s%%.0f", (i > 1 ? "," : ""), v[k[i]] + 0; printf " " }' /proc/vmstat
 }
-`, top, tree.Files)
+`, top, tree.Files, strings.Join(vmNames, " "))
 	for _, s := range cfg.Servers {
 		fmt.Fprintf(&sb, "step mount_%s bench_mount %s %s %d %d\n", s.Name, s.Name, s.Export, s.NFSPort, s.MountPort)
 	}
@@ -833,10 +842,10 @@ func TestClientCounter(t *testing.T) {
 	}
 	// The guest's own counters run to the next snapshot of any server:
 	// g's step 0 ends at h's snapshot, not at g's next one.
-	c.snapshot([]string{"g", "gcpu=10,0,5,100,0,0,1", "tcp=50,40,0"})
-	c.snapshot([]string{"h", "gcpu=12,0,9,100,0,0,1", "tcp=60,48,0"})
-	c.snapshot([]string{"g", "gcpu=99,0,99,999,0,0,9", "tcp=999,999,9"})
-	if _, ev := c.step("g", 0); fmt.Sprint(ev) != "map[guest_system:4 guest_user:2 tcp_insegs:10 tcp_outsegs:8]" {
+	c.snapshot([]string{"g", "gcpu=10,0,5,100,0,0,1", "tcp=50,40,0", "vm=1,100,90,7,1,2"})
+	c.snapshot([]string{"h", "gcpu=12,0,9,100,0,0,1", "tcp=60,48,0", "vm=1,300,250,7,2,2"})
+	c.snapshot([]string{"g", "gcpu=99,0,99,999,0,0,9", "tcp=999,999,9", "vm=9,999,999,99,99999,99999"})
+	if _, ev := c.step("g", 0); fmt.Sprint(ev) != "map[guest_system:4 guest_user:2 tcp_insegs:10 tcp_outsegs:8 vm_nr_slab_reclaimable:1 vm_pgalloc_normal:200 vm_pgfree:160]" {
 		t.Errorf("guest counters of g's step 0 = %v", ev)
 	}
 	long := "events=" + strings.Repeat("0,", len(eventNames)) + "7"

@@ -471,6 +471,9 @@ func renderKernelCPU(k *kernelResult, p func(string, ...any)) {
 	p("\nCPU time during each step, measured on the host (seconds, median over the runs; %s / %s): the serving server's and the idle one's, qemu's (the whole guest), its vCPU thread's and the time that thread was ready to run but waited for a host CPU, and the rest of the host's busy time (all CPUs, less qemu and both servers); then the serving server's in the untimed sync and drop_caches before the step:\n\n", a, b)
 	p("| step | serving server | idle server | qemu | qemu vCPU thread | vCPU waiting for a CPU | rest of host | serving server before the step |\n|---|---|---|---|---|---|---|---|\n")
 	for _, st := range kernelSteps {
+		if k.firstRun(a, st.name) == nil && k.firstRun(b, st.name) == nil {
+			continue // not timed in this run (--kernel-steps)
+		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", st.name,
 			pair(st.name, func(srv string) func(x kernelSample) (float64, bool) { return cpu(during, srv) }),
 			med(a, st.name, cpu(during, b))+" / "+med(b, st.name, cpu(during, a)),
