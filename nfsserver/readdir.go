@@ -16,6 +16,16 @@ import (
 // NFS3ERR_BAD_COOKIE (macOS reads it as end of directory) and the cookie
 // verifier is constant (0), so clients never restart a listing.
 
+// dirPref is FSINFO's dtpref, the READDIR size the server prefers.
+// Linux (6.1) asks that much in every READDIRPLUS and allocates pages for
+// all of it before the call, even for a directory whose reply fits in
+// one: with 64 KiB, its guest in the kernel benchmark (a qemu TCG guest,
+// where each page costs) used about a quarter more CPU on ls -lR of Go's
+// src/crypto than with 32 or 16 KiB (ganesha's dtpref), and the listing
+// took 1.17x as long (docs/benchmarks.md). 32 KiB still holds some 150
+// entries a call, so a large directory takes half the calls of 16 KiB.
+const dirPref = 32 << 10
+
 func nfsReaddir(r *request, d *decoder, e *encoder) error {
 	fh := d.opaque(fhSize)
 	cookie := d.u64()

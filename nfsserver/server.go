@@ -105,8 +105,7 @@ func (o *Options) EnsureDefaults() {
 
 // Protocol limits advertised in FSINFO and enforced on requests.
 const (
-	maxIO         = 1 << 20 // rtmax = wtmax = 1 MiB
-	dirPref       = 64 << 10
+	maxIO         = 1 << 20        // rtmax = wtmax = 1 MiB
 	maxRecord     = maxIO + 64<<10 // largest RPC record accepted
 	maxInFlight   = 32             // concurrent requests per connection
 	maxQueued     = 4 << 20        // reply bytes queued per connection before reading pauses
