@@ -673,7 +673,7 @@ func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []ru
 	// refsOf) in one transaction, storing the chunks in need.
 	commit := func(batch []runBlock, refsOf [][]byte, need []pendingChunk) error {
 		stored, swapped := 0, 0
-		err := s.updateRefs(ctx, []LayerID{l}, func(tx kv.Txn, refs *refLog) error {
+		err := s.swapRefs(ctx, func(tx kv.Txn, refs *refLog) error {
 			stored, swapped = 0, 0
 			var keys, vals [][]byte
 			for i, b := range batch {

@@ -489,14 +489,15 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 	}
 	err := f.view(read)
 	if err != nil && rg.ok && errors.Is(err, kv.ErrNotFound) {
-		// A reference cached from the frozen layers may name content that
-		// another server over the same store replaced (rechunk, coalesce:
-		// the same bytes under other references) and then swept, which
-		// this server's reference generation does not see (readcache.go).
-		// Read again without the cache, and drop it.
+		// A cached reference may name content that a rechunk or coalesce
+		// (the same bytes under other references; on this server or
+		// another over the same store) replaced and a sweep then deleted
+		// (refs.go, swapRefs). Drop the caches and read again, filling
+		// them from what the store holds now.
 		f.dropCache()
 		f.s.frozen.drop()
-		rg, tg = readGen{}, readGen{}
+		rg = f.readGen()
+		tg = f.topGen(rg)
 		err = f.view(read)
 	}
 	return n, eof, f.wrap("read", "", err)

@@ -363,7 +363,7 @@ func (s *Store) swapExtent(ctx context.Context, l LayerID, ino InodeID, run []ex
 	ref := extentRefOf(refs)
 	last := run[len(run)-1].idx
 	swapped := false
-	err := s.updateRefs(ctx, []LayerID{l}, func(tx kv.Txn, log *refLog) error {
+	err := s.swapRefs(ctx, func(tx kv.Txn, log *refLog) error {
 		swapped = false
 		for _, b := range run {
 			v, err := tx.Get(dataKey(l, ino, b.idx))

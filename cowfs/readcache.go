@@ -23,12 +23,14 @@ import (
 // layers, or a view opened again, finds what another one resolved, and a
 // view whose stack changed simply looks under another key.
 //
-// Store-level changes of references that keep the bytes but not the
-// references (rechunk and coalesce swap a block's reference for chunk
-// slices; the old content may then be swept) and folds and merges go
-// through Store.updateRefs, naming the layers they write: the cache
-// counts them per layer while they run (busy) and records, when each
-// ends, the sequence number of its end (changed). An entry holds the
+// Folds and merges go through Store.updateRefs, naming the layers they
+// write: the cache counts them per layer while they run (busy) and
+// records, when each ends, the sequence number of its end (changed).
+// Changes that keep the bytes but not the references (rechunk and
+// coalesce swap a block's reference for chunk slices) do not count
+// (Store.swapRefs): the cached references read the same bytes until a
+// sweep deletes the old content, and a READ that finds content missing
+// drops the cache and reads again (readInto). An entry holds the
 // sequence number read before the snapshot of the READ that filled it
 // (at); it is used only while none of its layers is busy or changed
 // since at, and filled only if none was busy or changed since the READ

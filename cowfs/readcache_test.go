@@ -284,10 +284,12 @@ func TestReadCacheSharedByViews(t *testing.T) {
 	}
 }
 
-// TestReadCacheLayerChanges: a change of block references (rechunk here)
-// drops the cached references of the stacks holding the layer it changes,
-// for every view, and only those: rechunking a layer no stack of the
-// views holds leaves their cache alone.
+// TestReadCacheLayerChanges: a rechunk swaps block references for others
+// to the same bytes and leaves the cached ones in use, for every view,
+// until a sweep deletes the content they name: the READ that finds it
+// missing then refills the cache from the store, and the next READ hits
+// it again. Rechunking a layer no stack of the views holds leaves their
+// cache alone.
 func TestReadCacheLayerChanges(t *testing.T) {
 	const bs = 4096
 	ctx := context.Background()
@@ -341,9 +343,14 @@ func TestReadCacheLayerChanges(t *testing.T) {
 		}
 	}
 	rechunk(y)
+	for _, v := range []*View{f, g} {
+		if got := read(v, "after the frozen layer's rechunk"); got[y] != 0 {
+			t.Fatalf("a READ after rechunking the frozen layer read %d of its block references, want 0: the cached ones read the same bytes", got[y])
+		}
+	}
 	sweep(t, sto) // the plain blocks the rechunk replaced are gone
-	if got := read(g, "after the frozen layer's rechunk"); got[y] == 0 {
-		t.Fatal("a READ after rechunking the frozen layer read none of its block references: it used those cached before")
+	if got := read(g, "after the sweep"); got[y] == 0 {
+		t.Fatal("a READ after the sweep read none of the frozen layer's block references: it cannot have read the content it names")
 	}
 	if got := read(f, "again"); got[y] != 0 {
 		t.Fatalf("a READ after the refill read %d block references of the frozen layer, want 0", got[y])

@@ -38,18 +38,30 @@ func (f *View) updateRefs(ctx context.Context, layers []LayerID, fn func(tx kv.T
 
 // updateRefs runs fn in a read-write transaction under the tracker, and
 // records for a running sweep the hashes the committed attempt logged.
-// fn may change block references of frozen layers (rechunk, coalesce,
-// fold, merge), and of those only of layers: the cached references of
-// every stack holding one of them are not used from its start on, and
-// dropped once it ends (readcache.go).
+// fn may change block references of frozen layers or a top layer (fold,
+// merge), and of those only of layers: the cached references of every
+// stack holding one of them are not used from its start on, and dropped
+// once it ends (readcache.go, topcache.go).
 func (s *Store) updateRefs(ctx context.Context, layers []LayerID, fn func(tx kv.Txn, refs *refLog) error) error {
 	s.frozen.begin(layers)
 	defer s.frozen.end(layers)
 	return s.updateTopRefs(ctx, fn)
 }
 
+// swapRefs is updateRefs for a change that swaps block references for
+// others naming the same bytes (rechunk, coalesce): the caches of
+// references keep what they hold, which reads the same bytes until a
+// sweep deletes the old content; a READ that then finds it missing drops
+// the caches and reads again without them (readInto), as it does after
+// another server's rechunk. So a GC rechunking a file leaves the READs of
+// it that hit the caches alone.
+func (s *Store) swapRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
+	return s.updateTopRefs(ctx, fn)
+}
+
 // updateTopRefs is updateRefs for a view's own writes, which change only
-// its top layer and so leave the caches of frozen references alone.
+// its top layer and so leave the caches of frozen references alone (the
+// view's write counts the change for the top-layer cache: View.write).
 func (s *Store) updateTopRefs(ctx context.Context, fn func(tx kv.Txn, refs *refLog) error) error {
 	return s.tracker.commitWith(func(record func([][]byte)) error {
 		var refs refLog

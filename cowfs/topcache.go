@@ -12,13 +12,15 @@ import (
 // for the range from the store: one request on etcd even when all else
 // is cached. But every change of a top layer goes through this Store
 // when nothing else writes it: the view's own writes (View.write),
-// merges, rechunks and coalesces (updateRefs), and the reclaimer's
-// DeleteLayer. That is so on a store of the process's own (Badger), and
+// merges (updateRefs), rechunks and coalesces (swapRefs), and the
+// reclaimer's DeleteLayer. That is so on a store of the process's own (Badger), and
 // on a shared store for a branch this server owns (Options.Shared,
 // SetReadOnly(false)): another server then neither writes it nor merges
 // into it (docs/design.md, "Branch ownership"). Each of those changes
-// counts as a change of the layer in the frozenCache (begin and end), so
-// an entry of the top layer kept under the same rules as the frozen ones
+// but a rechunk or coalesce (which keep the bytes, as for the frozen
+// layers: readcache.go) counts as a change of the layer in the
+// frozenCache (begin and end), so an entry of the top layer kept under
+// the same rules as the frozen ones
 // (filled only if the layer had no change running or ended since the
 // READ began, used only while it has had none since) holds what the
 // store holds. A warm READ of a file a view holds in its top then reads
@@ -27,8 +29,9 @@ import (
 //
 // What another server may still do to a layer this one owns is swap its
 // references for others to the same bytes (its GC's rechunk) and then
-// sweep the old content: a READ that finds content missing drops the
-// caches and reads again without them, as for frozen layers (readInto).
+// sweep the old content, as this server's own GC may: a READ that finds
+// content missing drops the caches and reads again, as for frozen
+// layers (readInto).
 // A branch this server stops owning (its lease lost, SetReadOnly(true))
 // reads from the store until it owns it again, and owning it again
 // voids what was cached before (ownedAt), since another server may have
