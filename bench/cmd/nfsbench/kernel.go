@@ -414,9 +414,10 @@ func formatProcs(m map[string]uint64) string {
 
 // renderKernelCPU prints, per step, the CPU time (median over the runs,
 // in seconds) the servers, qemu and the host used while the guest ran
-// the step on branchnfs and on ganesha: the guest is an emulator on the
-// same two cores, so a server that works in the background slows every
-// program in the guest.
+// the step on each server (in the samples' order: branchnfs, the
+// baseline if any, ganesha): the guest is an emulator on the same two
+// cores, so a server that works in the background slows every program
+// in the guest.
 func renderKernelCPU(k *kernelResult, p func(string, ...any)) {
 	var servers []string
 	have := false
@@ -426,10 +427,9 @@ func renderKernelCPU(k *kernelResult, p func(string, ...any)) {
 		}
 		have = have || len(x.CPU) > 0
 	}
-	if !have || len(servers) != 2 {
+	if !have || len(servers) < 2 {
 		return
 	}
-	a, b := servers[0], servers[1]
 	med := func(server, step string, f func(x kernelSample) (float64, bool)) string {
 		var v []float64
 		for _, x := range k.Samples {
@@ -452,6 +452,19 @@ func renderKernelCPU(k *kernelResult, p func(string, ...any)) {
 	}
 	during := func(x kernelSample) map[string]float64 { return x.CPU }
 	before := func(x kernelSample) map[string]float64 { return x.CPUBefore }
+	// idle is the CPU the servers other than the serving one used.
+	idle := func(serving string) func(x kernelSample) (float64, bool) {
+		return func(x kernelSample) (float64, bool) {
+			var sum float64
+			ok := false
+			for _, n := range servers {
+				if v, has := x.CPU[n]; has && n != serving {
+					sum, ok = sum+v, true
+				}
+			}
+			return sum, ok
+		}
+	}
 	// rest is the host's busy time that neither qemu nor a server used:
 	// the benchmark's own processes, the host kernel's threads, anything
 	// else running.
@@ -465,23 +478,35 @@ func renderKernelCPU(k *kernelResult, p func(string, ...any)) {
 		}
 		return h, true
 	}
-	pair := func(step string, f func(string) func(x kernelSample) (float64, bool)) string {
-		return med(a, step, f(a)) + " / " + med(b, step, f(b))
+	all := func(step string, f func(string) func(x kernelSample) (float64, bool)) string {
+		parts := make([]string, len(servers))
+		for i, srv := range servers {
+			parts[i] = med(srv, step, f(srv))
+		}
+		return strings.Join(parts, " / ")
 	}
-	p("\nCPU time during each step, measured on the host (seconds, median over the runs; %s / %s): the serving server's and the idle one's, qemu's (the whole guest), its vCPU thread's and the time that thread was ready to run but waited for a host CPU, and the rest of the host's busy time (all CPUs, less qemu and both servers); then the serving server's in the untimed sync and drop_caches before the step:\n\n", a, b)
+	idleWhat := "the idle one's"
+	if len(servers) > 2 {
+		idleWhat = "the idle ones' together"
+	}
+	p("\nCPU time during each step, measured on the host (seconds, median over the runs; %s): the serving server's and %s, qemu's (the whole guest), its vCPU thread's and the time that thread was ready to run but waited for a host CPU, and the rest of the host's busy time (all CPUs, less qemu and the servers); then the serving server's in the untimed sync and drop_caches before the step:\n\n", strings.Join(servers, " / "), idleWhat)
 	p("| step | serving server | idle server | qemu | qemu vCPU thread | vCPU waiting for a CPU | rest of host | serving server before the step |\n|---|---|---|---|---|---|---|---|\n")
 	for _, st := range kernelSteps {
-		if k.firstRun(a, st.name) == nil && k.firstRun(b, st.name) == nil {
+		timed := false
+		for _, srv := range servers {
+			timed = timed || k.firstRun(srv, st.name) != nil
+		}
+		if !timed {
 			continue // not timed in this run (--kernel-steps)
 		}
 		p("| %s | %s | %s | %s | %s | %s | %s | %s |\n", st.name,
-			pair(st.name, func(srv string) func(x kernelSample) (float64, bool) { return cpu(during, srv) }),
-			med(a, st.name, cpu(during, b))+" / "+med(b, st.name, cpu(during, a)),
-			pair(st.name, func(string) func(x kernelSample) (float64, bool) { return cpu(during, "qemu") }),
-			pair(st.name, func(string) func(x kernelSample) (float64, bool) { return cpu(during, "qemu/CPU 0/TCG") }),
-			pair(st.name, func(string) func(x kernelSample) (float64, bool) { return cpu(during, "qemu-wait/CPU 0/TCG") }),
-			pair(st.name, func(string) func(x kernelSample) (float64, bool) { return rest }),
-			pair(st.name, func(srv string) func(x kernelSample) (float64, bool) { return cpu(before, srv) }))
+			all(st.name, func(srv string) func(x kernelSample) (float64, bool) { return cpu(during, srv) }),
+			all(st.name, idle),
+			all(st.name, func(string) func(x kernelSample) (float64, bool) { return cpu(during, "qemu") }),
+			all(st.name, func(string) func(x kernelSample) (float64, bool) { return cpu(during, "qemu/CPU 0/TCG") }),
+			all(st.name, func(string) func(x kernelSample) (float64, bool) { return cpu(during, "qemu-wait/CPU 0/TCG") }),
+			all(st.name, func(string) func(x kernelSample) (float64, bool) { return rest }),
+			all(st.name, func(srv string) func(x kernelSample) (float64, bool) { return cpu(before, srv) }))
 	}
 }
 

@@ -33,6 +33,20 @@ func TestRenderKernelCPU(t *testing.T) {
 		t.Errorf("table shows a step without samples:\n%s", b.String())
 	}
 
+	// With a baseline as a third server, every column has three figures
+	// and the idle one sums the two servers not serving.
+	three := &kernelResult{Samples: []kernelSample{
+		{Server: "branchnfs", Run: 1, Step: "lsR", CPU: map[string]float64{"branchnfs": 0.5, "baseline": 0.25, "ganesha": 0.125, "qemu": 1, "host": 2}},
+		{Server: "baseline", Run: 1, Step: "lsR", CPU: map[string]float64{"branchnfs": 0, "baseline": 0.75, "ganesha": 0, "qemu": 1.5, "host": 2.5}},
+		{Server: "ganesha", Run: 1, Step: "lsR", CPU: map[string]float64{"branchnfs": 0.25, "baseline": 0, "ganesha": 0.25, "qemu": 0.5, "host": 1}},
+	}}
+	var c strings.Builder
+	renderKernelCPU(three, func(f string, a ...any) { fmt.Fprintf(&c, f, a...) })
+	want3 := "| lsR | 0.50 / 0.75 / 0.25 | 0.38 / 0.00 / 0.25 | 1.00 / 1.50 / 0.50 | — / — / — | — / — / — | 0.12 / 0.25 / 0.00 | — / — / — |\n"
+	if !strings.Contains(c.String(), want3) || !strings.Contains(c.String(), "branchnfs / baseline / ganesha") {
+		t.Errorf("three servers: table lacks %q:\n%s", want3, c.String())
+	}
+
 	var e strings.Builder
 	k.Samples[0].Events = map[string]uint64{"inoderevalidates": 3, "vfsopen": 5}
 	k.Samples[3].Events = map[string]uint64{"inoderevalidates": 1, "vfsopen": 5, "datainvalidates": 2}
