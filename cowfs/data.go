@@ -408,30 +408,29 @@ func (f *View) readInto(ino InodeID, off uint64, count int, buf func(a *Attr, n 
 		// references for the READ's range in one request (prefetchRead).
 		top := st.stack[0]
 		td := f.topEntry(top, ino, tg)
+		var rec *inode // the top layer's record; nil: it holds none
 		if td == nil {
 			first, last := off/f.bs, (off+uint64(max(count, 1))-1)/f.bs
 			if err := prefetchRead(tx, top, ino, first, last, true, tg.ok); err != nil {
 				return err
 			}
-			rec, err := layerInode(tx, top, ino)
+			r, err := layerInode(tx, top, ino)
 			if err != nil {
 				return err
 			}
+			rec = r
 			if tg.ok {
 				td = f.fillTop(top, ino, rec, tg)
-			} else {
-				td = &frozenData{rec: rec} // this READ's alone
 			}
-		} else if n := td.rec; n != nil && n.Size > off && !f.hasGroups(td, off/f.bs, (off+min(uint64(max(count, 1)), n.Size-off)-1)/f.bs) {
-			first, last := off/f.bs, (off+min(uint64(max(count, 1)), n.Size-off)-1)/f.bs
-			if err := prefetchRead(tx, top, ino, first, last, false, true); err != nil {
-				return err
+		} else if rec = td.rec; rec != nil && rec.Size > off {
+			first, last := off/f.bs, (off+min(uint64(max(count, 1)), rec.Size-off)-1)/f.bs
+			if !f.hasGroups(td, first, last) {
+				if err := prefetchRead(tx, top, ino, first, last, false, true); err != nil {
+					return err
+				}
 			}
 		}
-		nd, l, _, err := f.inodeOver(tx, st, ino, td.rec, false) // f.known, keeping the layer
-		if !tg.ok {
-			td = nil
-		}
+		nd, l, _, err := f.inodeOver(tx, st, ino, rec, false) // f.known, keeping the layer
 		if errors.Is(err, syscall.ENOENT) {
 			return syscall.ESTALE
 		}

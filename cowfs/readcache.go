@@ -258,16 +258,22 @@ func (f *View) frozenDataOf(tx kv.Txn, st state, ino InodeID, rg readGen) (*froz
 	if old, ok := c.entries[key]; ok && c.stableLocked(old.stack, old.at) { // a racing READ filled it
 		return old, nil
 	}
+	c.putLocked(fd)
+	return fd, nil
+}
+
+// putLocked stores entry fd in place of any under its key, starting over
+// if it would take the cache past its bound.
+func (c *frozenCache) putLocked(fd *frozenData) {
 	size := fd.size()
 	if c.bytes+size > c.max {
 		c.dropLocked()
 	}
-	if old, ok := c.entries[key]; ok {
+	if old, ok := c.entries[fd.key]; ok {
 		c.bytes -= old.sizeLocked()
 	}
-	c.entries[key] = fd
+	c.entries[fd.key] = fd
 	c.bytes += size
-	return fd, nil
 }
 
 // size estimates the memory of a new entry: the map slot, the key, the

@@ -101,15 +101,7 @@ func (f *View) fillTop(l LayerID, ino InodeID, rec *inode, tg readGen) *frozenDa
 	if tg.at < f.ownedAt.Load() || !c.stableLocked(td.stack, tg.at) {
 		return td // keep it to this READ
 	}
-	size := td.size()
-	if c.bytes+size > c.max {
-		c.dropLocked()
-	}
-	if old, ok := c.entries[td.key]; ok {
-		c.bytes -= old.sizeLocked()
-	}
-	c.entries[td.key] = td
-	c.bytes += size
+	c.putLocked(td)
 	return td
 }
 
