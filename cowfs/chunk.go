@@ -437,15 +437,7 @@ func (br *blockReader) fillPieces(pieces []piece) error {
 			j++
 		}
 		br.chunks.fetches++
-		err := br.getContent(pieces[i].h, func(v []byte) error {
-			for _, pc := range pieces[i:j] {
-				if pc.off+pc.n > uint64(len(v)) {
-					return errCorrupt
-				}
-				copy(pc.dst, v[pc.off:pc.off+pc.n])
-			}
-			return nil
-		})
+		err := br.readPieces(pieces[i:j])
 		if errors.Is(err, kv.ErrNotFound) {
 			return fmt.Errorf("cowfs: chunk %x of a block is missing: %w", pieces[i].h[:8], errCorrupt)
 		}
@@ -455,6 +447,46 @@ func (br *blockReader) fillPieces(pieces []piece) error {
 		i = j
 	}
 	return nil
+}
+
+// readPieces copies pieces of one chunk into their places: with one read
+// per run of pieces that follow each other in both the chunk and the
+// reply (a READ reads its part of a chunk at once), or with one fetch of
+// the whole chunk where the content is not read straight from the store's
+// files.
+func (br *blockReader) readPieces(pcs []piece) error {
+	if _, ok := br.tx.(kv.ValueReader); !ok || br.f.s.blobs != nil {
+		return br.getContent(pcs[0].h, func(v []byte) error {
+			for _, pc := range pcs {
+				if pc.off+pc.n > uint64(len(v)) {
+					return errCorrupt
+				}
+				copy(pc.dst, v[pc.off:pc.off+pc.n])
+			}
+			return nil
+		})
+	}
+	for i := 0; i < len(pcs); {
+		off, dst := pcs[i].off, pcs[i].dst[:pcs[i].n]
+		j := i + 1
+		for ; j < len(pcs) && pcs[j].off == off+uint64(len(dst)) && adjacent(dst, pcs[j].dst[:pcs[j].n]); j++ {
+			dst = dst[:len(dst)+int(pcs[j].n)]
+		}
+		n, err := br.readContent(pcs[i].h, int(off), dst)
+		if err != nil {
+			return err
+		}
+		if n < len(dst) {
+			return errCorrupt // a slice past the chunk's end
+		}
+		i = j
+	}
+	return nil
+}
+
+// adjacent reports whether b starts where a ends, in a's array.
+func adjacent(a, b []byte) bool {
+	return len(b) > 0 && cap(a) >= len(a)+len(b) && &a[:len(a)+1][len(a)] == &b[0]
 }
 
 // chunkRefBytes is the length of the block a chunk reference makes (before

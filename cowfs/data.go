@@ -201,6 +201,26 @@ func (br *blockReader) getContent(h []byte, fn func([]byte) error) error {
 	return br.f.s.getContent(br.f.ctx, br.tx, h, fn)
 }
 
+// readContent copies the content of hash h from byte off on into dst
+// and returns how many bytes it copied: with the store's ValueReader
+// (straight from its files) where it has one and the content is not in a
+// blob store, through getContent otherwise.
+func (br *blockReader) readContent(h []byte, off int, dst []byte) (int, error) {
+	if br.f.s.blobs == nil {
+		if vr, ok := br.tx.(kv.ValueReader); ok {
+			return vr.ReadValue(contentKey(h), off, dst)
+		}
+	}
+	n := 0
+	err := br.getContent(h, func(v []byte) error {
+		if off < len(v) {
+			n = copy(dst, v[off:])
+		}
+		return nil
+	})
+	return n, err
+}
+
 // prefetch gets the blobs blocks use from the blob store, up to
 // blobUploads at once, for getContent: a READ of many blocks then waits
 // for about one round trip per blobUploads blocks rather than one per
@@ -339,22 +359,13 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 	case r.ref[0] == refInline:
 		data = r.ref[1:]
 	case r.ref[0] == refHash && len(r.ref) == 33:
-		// Copy straight out of the store's buffer.
-		n := 0
-		err := br.getContent(r.ref[1:], func(v []byte) error {
-			if uint64(len(v)) > r.limit {
-				v = v[:r.limit]
-			}
-			n = copy(dst, v)
-			return nil
-		})
+		n, err := br.readContent(r.ref[1:], 0, dst[:min(r.limit, uint64(len(dst)))])
 		clear(dst[n:])
 		return err
 	case r.ref[0] == refPatch && len(r.ref) >= 33:
 		// The base may be shorter than the block (the file grew past it
 		// later): edits land in the zero-filled rest of dst.
-		n := 0
-		err := br.getContent(r.ref[1:33], func(v []byte) error { n = copy(dst, v); return nil })
+		n, err := br.readContent(r.ref[1:33], 0, dst)
 		clear(dst[n:])
 		if err != nil {
 			return err

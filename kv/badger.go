@@ -124,6 +124,7 @@ type badgerStore struct {
 	// durable.
 	writes, synced atomic.Uint64
 	rsd            *residency // trims the value log's mappings; nil: off
+	vf             *vlogFiles // reads values with pread; nil in memory
 	logs           *logFiles  // nil in memory
 	res            reserve    // free-space reserve; size 0 in memory
 	// roErr is set when the store was opened read-only because its disk
@@ -268,6 +269,7 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 	}
 	if !opts.InMemory {
 		s.rsd = newResidency(dir, opts.TrimEvery, opts.TrimAbove, opts.ValueLogFileSize)
+		s.vf = &vlogFiles{dir: dir, log: opts.Logger}
 	}
 	if opts.GCInterval > 0 && !opts.InMemory && s.roErr == nil {
 		s.wg.Add(1)
@@ -285,6 +287,7 @@ func (s *badgerStore) gcLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			s.vf.closeAll() // logs deleted once a reader's iterator closed
 			for s.runValueLogGC(0.5) == nil {
 				if ctx.Err() != nil {
 					return
@@ -298,7 +301,7 @@ func (s *badgerStore) View(ctx context.Context, fn func(Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return mapErr(s.db.View(func(t *badger.Txn) error { return fn(&badgerTxn{t: t, rsd: s.rsd}) }))
+	return mapErr(s.db.View(func(t *badger.Txn) error { return fn(&badgerTxn{t: t, rsd: s.rsd, vf: s.vf}) }))
 }
 
 // hasStore reports whether dir already holds a Badger store.
@@ -328,6 +331,7 @@ func (s *badgerStore) runValueLogGC(discardRatio float64) error {
 	}
 	it.Close()
 	txn.Discard()
+	s.vf.closeAll() // the logs it deleted
 	return err
 }
 
@@ -542,6 +546,7 @@ func (s *badgerStore) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	err := mapErr(s.db.Close())
+	s.vf.closeAll()
 	if s.logs != nil {
 		s.logs.close()
 	}
@@ -571,6 +576,7 @@ type badgerTxn struct {
 	t   *badger.Txn
 	rw  bool
 	rsd *residency // nil: no trims
+	vf  *vlogFiles // nil: values through Item.Value only
 	// threshold: values this large go to the value log (0: unknown).
 	threshold int
 	// bigLocked: the transaction grew past rsd.big and holds rsd.mu.Lock

@@ -49,3 +49,18 @@ func LogListings(s Store) int {
 	defer b.logs.mu.Unlock()
 	return b.logs.listings
 }
+
+// ValueReads reports how many values s read with pread (vlogread.go), and
+// whether that reader was turned off.
+func ValueReads(s Store) (int64, bool) {
+	vf := s.(*badgerStore).vf
+	return vf.reads.Load(), vf.off.Load()
+}
+
+// OpenValueLogs reports how many value-log descriptors s holds open.
+func OpenValueLogs(s Store) int {
+	vf := s.(*badgerStore).vf
+	vf.mu.RLock()
+	defer vf.mu.RUnlock()
+	return len(vf.fds)
+}

@@ -1,0 +1,272 @@
+package kv
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	badger "github.com/dgraph-io/badger/v4"
+)
+
+// ValueReader is a Txn that copies part of a value straight into a
+// caller's buffer, with no mapping of the value in between: a READ reads
+// block content into its reply this way.
+type ValueReader interface {
+	// ReadValue copies the value of key from byte off on into dst, as
+	// many bytes as dst holds or the value has from off, and returns how
+	// many it copied (0 if off is at or past the value's end). A missing
+	// key is ErrNotFound. Safe on several goroutines at once where
+	// ConcurrentGets says GetFunc is.
+	ReadValue(key []byte, off int, dst []byte) (int, error)
+}
+
+// vlogFiles reads values out of Badger's value-log files with pread, into
+// the caller's buffer.
+//
+// Badger hands a value-log value to Item.Value as a slice of its shared
+// mapping of the log. Copying out of it costs a page fault for every
+// 64 KiB touched again since the residency trims dropped the mapping
+// (resident.go), and the pages stay mapped, in the server's RSS, until the
+// next trim: for a READ that faulting was as costly as the copy itself.
+// A pread copies the same bytes from the page cache with neither.
+//
+// Where a value lies follows from the item's value pointer (the log's
+// number, the entry's offset and length; unexported, read through its
+// field offset, found by reflection once) and the entry format of the
+// Badger version in go.mod: a header (meta, user meta, then the key
+// length, value length and expiry as uvarints), the key with its 8-byte
+// version, the value, and a 4-byte CRC. The value's length is the one
+// that makes those add up to the entry's. A read from the value's start
+// also reads the header and key and checks them against the item (the
+// key, both lengths); a mismatch turns the reader off for good and the
+// read goes through Item.Value, as it does whenever anything here does
+// not apply (a value in the LSM tree, a log that is gone).
+//
+// Value logs are written once and never reused under the same number, so
+// a descriptor opened on one keeps reading the same bytes even after
+// Badger deletes the file; but it keeps the file's space until closed. So
+// the descriptors are closed after every value-log GC round (the only
+// thing that deletes logs) and on every GC tick, and whenever more than
+// maxVlogFiles are open.
+type vlogFiles struct {
+	dir string
+
+	// mu: read lock while a descriptor of fds is in use (a pread); write
+	// lock to open or close them.
+	mu  sync.RWMutex
+	fds map[uint32]*os.File
+
+	off   atomic.Bool  // a header check failed: read through Item.Value only
+	reads atomic.Int64 // values read here (tests)
+	log   *slog.Logger
+}
+
+// maxVlogFiles bounds the descriptors vlogFiles keeps open.
+const maxVlogFiles = 64
+
+// itemLayout is where an Item keeps its value pointer and meta byte; ok
+// only if both fields were found with the expected types.
+var itemLayout = func() (l struct {
+	vptr, meta uintptr
+	ok         bool
+}) {
+	t := reflect.TypeFor[badger.Item]()
+	vp, ok1 := t.FieldByName("vptr")
+	meta, ok2 := t.FieldByName("meta")
+	if !ok1 || !ok2 || vp.Type != reflect.TypeFor[[]byte]() || meta.Type.Kind() != reflect.Uint8 {
+		return l
+	}
+	l.vptr, l.meta, l.ok = vp.Offset, meta.Offset, true
+	return l
+}()
+
+// bitValuePointer is Badger's meta bit for "the value is a value pointer".
+const bitValuePointer = 1 << 1
+
+// vlogEntry is where an item's value lies in the value logs.
+type vlogEntry struct {
+	fid       uint32
+	offset    int64 // of the entry
+	hdr       int   // header and key bytes before the value
+	vlen      int
+	klen      int // the key with its version
+	expiresAt uint64
+}
+
+// locate reports where it's value lies, if in a value log.
+func locate(it *badger.Item) (vlogEntry, bool) {
+	if !itemLayout.ok {
+		return vlogEntry{}, false
+	}
+	p := unsafe.Pointer(it)
+	meta := *(*byte)(unsafe.Add(p, itemLayout.meta))
+	vptr := *(*[]byte)(unsafe.Add(p, itemLayout.vptr))
+	if meta&bitValuePointer == 0 || len(vptr) != 12 {
+		return vlogEntry{}, false
+	}
+	// valuePointer{Fid, Len, Offset uint32}, copied in native byte order.
+	fid := binary.NativeEndian.Uint32(vptr[0:])
+	total := int(binary.NativeEndian.Uint32(vptr[4:]))
+	off := int64(binary.NativeEndian.Uint32(vptr[8:]))
+	e := vlogEntry{fid: fid, offset: off, klen: len(it.Key()) + 8, expiresAt: it.ExpiresAt()}
+	// total = 2 + len(klen) + len(vlen) + len(expiresAt) + klen + vlen + 4:
+	// solve for vlen (one solution: its uvarint length only grows with it).
+	rest := total - 4 - e.klen - 2 - int(uvarintLen(uint64(e.klen))) - int(uvarintLen(e.expiresAt))
+	for l := 1; l <= binary.MaxVarintLen32; l++ {
+		if v := rest - l; v >= 0 && int(uvarintLen(uint64(v))) == l {
+			e.vlen = v
+			e.hdr = total - 4 - v
+			return e, true
+		}
+	}
+	return vlogEntry{}, false
+}
+
+// errVlogMismatch: the header read before a value does not match the item.
+var errVlogMismatch = errors.New("kv: value-log entry does not match its item")
+
+// read copies value bytes [off, off+len(dst)) of the entry e (key: the
+// item's key, without version) into dst. ok false: read it another way;
+// err: the header did not match, and the reader is off from now on.
+func (vf *vlogFiles) read(e vlogEntry, key []byte, off int, dst []byte) (ok bool, err error) {
+	if vf.off.Load() {
+		return false, nil
+	}
+	vf.mu.RLock()
+	f := vf.fds[e.fid]
+	vf.mu.RUnlock()
+	if f == nil && vf.open(e.fid) == nil {
+		return false, nil
+	}
+	vf.mu.RLock()
+	defer vf.mu.RUnlock()
+	if f = vf.fds[e.fid]; f == nil {
+		return false, nil // closed meanwhile
+	}
+	vf.reads.Add(1)
+	if off > 0 {
+		n, _ := f.ReadAt(dst, e.offset+int64(e.hdr+off))
+		return n == len(dst), nil // short: read it through Badger, which says why
+	}
+	var hb [64]byte
+	h := hb[:0]
+	if e.hdr > len(hb) {
+		h = make([]byte, e.hdr)
+	}
+	h = h[:e.hdr]
+	if readEntry(f, e.offset, h, dst) != nil {
+		return false, nil
+	}
+	if !checkHeader(h, e, key) {
+		vf.off.Store(true)
+		return false, fmt.Errorf("%w: log %d offset %d", errVlogMismatch, e.fid, e.offset)
+	}
+	return true, nil
+}
+
+// checkHeader reports whether h, the header and key bytes of an entry,
+// match e and key.
+func checkHeader(h []byte, e vlogEntry, key []byte) bool {
+	if len(h) < 2 {
+		return false
+	}
+	i := 2
+	klen, n := binary.Uvarint(h[i:])
+	if n <= 0 || int(klen) != e.klen {
+		return false
+	}
+	i += n
+	vlen, n := binary.Uvarint(h[i:])
+	if n <= 0 || int(vlen) != e.vlen {
+		return false
+	}
+	i += n
+	exp, n := binary.Uvarint(h[i:])
+	if n <= 0 || exp != e.expiresAt {
+		return false
+	}
+	i += n
+	return len(h)-i == e.klen && bytes.Equal(h[i:i+len(key)], key)
+}
+
+// open returns a descriptor of log fid, opening it if need be; nil if it
+// cannot be opened (Badger deleted it: read through Badger).
+func (vf *vlogFiles) open(fid uint32) *os.File {
+	vf.mu.Lock()
+	defer vf.mu.Unlock()
+	if f, ok := vf.fds[fid]; ok {
+		return f
+	}
+	f, err := os.Open(filepath.Join(vf.dir, fmt.Sprintf("%06d.vlog", fid)))
+	if err != nil {
+		return nil
+	}
+	if len(vf.fds) >= maxVlogFiles {
+		vf.closeLocked()
+	}
+	if vf.fds == nil {
+		vf.fds = map[uint32]*os.File{}
+	}
+	vf.fds[fid] = f
+	return f
+}
+
+// closeAll closes every descriptor (they are opened again on demand).
+func (vf *vlogFiles) closeAll() {
+	if vf == nil {
+		return
+	}
+	vf.mu.Lock()
+	vf.closeLocked()
+	vf.mu.Unlock()
+}
+
+func (vf *vlogFiles) closeLocked() {
+	for fid, f := range vf.fds {
+		f.Close()
+		delete(vf.fds, fid)
+	}
+}
+
+// ReadValue reads value bytes with pread where it can (vlogFiles), through
+// Item.Value otherwise.
+func (t *badgerTxn) ReadValue(key []byte, off int, dst []byte) (int, error) {
+	it, err := t.t.Get(key)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("kv: read of a value at offset %d", off)
+	}
+	if t.vf != nil && !t.rw {
+		if e, ok := locate(it); ok {
+			n := max(0, min(len(dst), e.vlen-off))
+			if n == 0 {
+				return 0, nil
+			}
+			ok, err := t.vf.read(e, key, off, dst[:n])
+			if err != nil {
+				t.vf.log.Warn("kv: reading values through Badger from now on", "err", err)
+			}
+			if ok {
+				return n, nil
+			}
+		}
+	}
+	n := 0
+	err = t.GetFunc(key, func(v []byte) error {
+		if off < len(v) {
+			n = copy(dst, v[off:])
+		}
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,103 @@
+package kv_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/branchnfs/branchnfs/kv"
+)
+
+// TestReadValue checks ReadValue against GetFunc for values in the LSM
+// tree and in the value log, around the sizes where the entry header's
+// length fields grow a byte, with keys of several lengths, whole, in
+// part and from an offset; and again after value-log GC moved them. It
+// checks that the value-log reads did go through pread.
+func TestReadValue(t *testing.T) {
+	ctx := context.Background()
+	s, err := kv.OpenBadger(t.TempDir(), kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1}, 4<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sizes := []int{0, 1, 100, 1023, 1024, 1025, 16383, 16384, 16385, 32 << 10, 128<<10 - 1, 128 << 10, 1 << 20}
+	want := map[string][]byte{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i, size := range sizes {
+		for _, klen := range []int{1, 33, 119, 120, 200} {
+			k := bytes.Repeat([]byte{byte('a' + i)}, klen)
+			k[len(k)-1] = byte(klen)
+			v := make([]byte, size)
+			for j := range v {
+				v[j] = byte(rng.Uint32())
+			}
+			if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set(k, v) }); err != nil {
+				t.Fatal(err)
+			}
+			want[string(k)] = v
+		}
+	}
+	// Garbage, for the GC below to move the live values out of their logs.
+	for i := range 40 {
+		k := []byte(fmt.Sprintf("garbage%03d", i))
+		if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set(k, make([]byte, 256<<10)) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Delete(k) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(stage string) {
+		t.Helper()
+		before, _ := kv.ValueReads(s)
+		err := s.View(ctx, func(tx kv.Txn) error {
+			vr, ok := tx.(kv.ValueReader)
+			if !ok {
+				return errors.New("a Badger transaction is no ValueReader")
+			}
+			for k, v := range want {
+				for _, c := range []struct{ off, n int }{{0, len(v)}, {0, len(v) + 10}, {0, len(v) / 2}, {len(v) / 3, len(v)}, {len(v) / 2, 7}, {len(v), 5}, {len(v) + 3, 5}} {
+					dst := bytes.Repeat([]byte{0xee}, c.n)
+					n, err := vr.ReadValue([]byte(k), c.off, dst)
+					if err != nil {
+						return fmt.Errorf("key of %d bytes, value of %d, off %d n %d: %w", len(k), len(v), c.off, c.n, err)
+					}
+					var w []byte
+					if c.off < len(v) {
+						w = v[c.off:min(len(v), c.off+c.n)]
+					}
+					if n != len(w) || !bytes.Equal(dst[:n], w) || bytes.Count(dst[n:], []byte{0xee}) != c.n-n {
+						return fmt.Errorf("key of %d bytes, value of %d, off %d n %d: read %d bytes, wrong", len(k), len(v), c.off, c.n, n)
+					}
+				}
+			}
+			if _, err := vr.ReadValue([]byte("missing"), 0, make([]byte, 8)); !errors.Is(err, kv.ErrNotFound) {
+				return fmt.Errorf("missing key: %v, want ErrNotFound", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", stage, err)
+		}
+		after, off := kv.ValueReads(s)
+		if off {
+			t.Fatalf("%s: the pread reader turned itself off", stage)
+		}
+		// Values of 1 KiB and more live in the value log: 8 sizes x 5 keys,
+		// of 7 reads each, the empty ones not counted.
+		if got := after - before; got < 8*5*4 {
+			t.Fatalf("%s: %d values read with pread, want at least %d", stage, got, 8*5*4)
+		}
+	}
+	check("fresh")
+	if _, err := s.ReclaimSpace(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := kv.OpenValueLogs(s); n != 0 {
+		t.Fatalf("%d value logs still open after value-log GC", n)
+	}
+	check("after value-log GC")
+}
