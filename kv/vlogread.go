@@ -142,19 +142,20 @@ func (vf *vlogFiles) read(e vlogEntry, key []byte, off int, dst []byte) (ok bool
 	}
 	vf.mu.RLock()
 	f := vf.fds[e.fid]
-	vf.mu.RUnlock()
-	if f == nil && vf.open(e.fid) == nil {
-		return false, nil
+	if f == nil {
+		vf.mu.RUnlock()
+		vf.open(e.fid)
+		vf.mu.RLock()
+		if f = vf.fds[e.fid]; f == nil {
+			vf.mu.RUnlock()
+			return false, nil // gone, or closed meanwhile
+		}
 	}
-	vf.mu.RLock()
 	defer vf.mu.RUnlock()
-	if f = vf.fds[e.fid]; f == nil {
-		return false, nil // closed meanwhile
-	}
 	vf.reads.Add(1)
 	if off > 0 {
-		n, _ := f.ReadAt(dst, e.offset+int64(e.hdr+off))
-		return n == len(dst), nil // short: read it through Badger, which says why
+		n, err := f.ReadAt(dst, e.offset+int64(e.hdr+off))
+		return err == nil && n == len(dst), nil // short: read it through Badger, which says why
 	}
 	var hb [64]byte
 	h := hb[:0]
@@ -197,17 +198,17 @@ func checkHeader(h []byte, e vlogEntry, key []byte) bool {
 	return len(h)-i == e.klen && bytes.Equal(h[i:i+len(key)], key)
 }
 
-// open returns a descriptor of log fid, opening it if need be; nil if it
-// cannot be opened (Badger deleted it: read through Badger).
-func (vf *vlogFiles) open(fid uint32) *os.File {
+// open opens a descriptor of log fid unless one is open; it opens none if
+// the log is gone (Badger deleted it: read through Badger).
+func (vf *vlogFiles) open(fid uint32) {
 	vf.mu.Lock()
 	defer vf.mu.Unlock()
-	if f, ok := vf.fds[fid]; ok {
-		return f
+	if _, ok := vf.fds[fid]; ok {
+		return
 	}
 	f, err := os.Open(filepath.Join(vf.dir, fmt.Sprintf("%06d.vlog", fid)))
 	if err != nil {
-		return nil
+		return
 	}
 	if len(vf.fds) >= maxVlogFiles {
 		vf.closeLocked()
@@ -216,7 +217,6 @@ func (vf *vlogFiles) open(fid uint32) *os.File {
 		vf.fds = map[uint32]*os.File{}
 	}
 	vf.fds[fid] = f
-	return f
 }
 
 // closeAll closes every descriptor (they are opened again on demand).
