@@ -598,10 +598,27 @@ func (br *blockReader) concurrent() bool {
 // recovery handles it.
 func (br *blockReader) fillWhole(fs []fill) error {
 	serial := func(fs []fill) error {
+		vr, _ := br.tx.(kv.ValueReader)
+		var rs []kv.ValueRead // stored blocks, read in one batch
+		var dsts [][]byte
 		for _, x := range fs {
+			if vr != nil && br.f.s.blobs == nil && x.r.ref[0] == refHash && len(x.r.ref) == 33 {
+				rs = append(rs, kv.ValueRead{Key: contentKey(x.r.ref[1:]), Dst: x.dst[:min(x.r.limit, uint64(len(x.dst)))]})
+				dsts = append(dsts, x.dst)
+				continue
+			}
 			if err := br.content(x.r, x.dst); err != nil {
 				return err
 			}
+		}
+		if len(rs) == 0 {
+			return nil
+		}
+		if err := vr.ReadValues(rs); err != nil {
+			return err
+		}
+		for i, r := range rs {
+			clear(dsts[i][r.N:])
 		}
 		return nil
 	}

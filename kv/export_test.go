@@ -57,6 +57,9 @@ func ValueReads(s Store) (int64, bool) {
 	return vf.reads.Load(), vf.off.Load()
 }
 
+// RunReads reports how many values s read with pread in runs of several.
+func RunReads(s Store) int64 { return s.(*badgerStore).vf.runs.Load() }
+
 // OpenValueLogs reports how many value-log descriptors s holds open.
 func OpenValueLogs(s Store) int {
 	vf := s.(*badgerStore).vf

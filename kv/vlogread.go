@@ -2,6 +2,7 @@ package kv
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -26,6 +28,20 @@ type ValueReader interface {
 	// key is ErrNotFound. Safe on several goroutines at once where
 	// ConcurrentGets says GetFunc is.
 	ReadValue(key []byte, off int, dst []byte) (int, error)
+	// ReadValues reads each value of rs from its start into its Dst, as
+	// ReadValue does, and sets its N; values that lie one after another
+	// in the store's files are read together, in one system call. It
+	// stops at the first error (ErrNotFound for a missing key).
+	ReadValues(rs []ValueRead) error
+}
+
+// ValueRead is one value for ReadValues: the value of Key, read into Dst;
+// N, set by ReadValues, is how many bytes it copied (the value's length,
+// or len(Dst) if shorter).
+type ValueRead struct {
+	Key []byte
+	Dst []byte
+	N   int
 }
 
 // vlogFiles reads values out of Badger's value-log files with pread, into
@@ -66,6 +82,7 @@ type vlogFiles struct {
 
 	off   atomic.Bool  // a header check failed: read through Item.Value only
 	reads atomic.Int64 // values read here (tests)
+	runs  atomic.Int64 // of them, in runs of several (tests)
 	log   *slog.Logger
 }
 
@@ -100,6 +117,9 @@ type vlogEntry struct {
 	klen      int // the key with its version
 	expiresAt uint64
 }
+
+// end is the offset of the entry after e.
+func (e vlogEntry) end() int64 { return e.offset + int64(e.hdr+e.vlen+4) }
 
 // locate reports where it's value lies, if in a value log.
 func locate(it *badger.Item) (vlogEntry, bool) {
@@ -234,6 +254,130 @@ func (vf *vlogFiles) closeLocked() {
 		f.Close()
 		delete(vf.fds, fid)
 	}
+}
+
+// maxRun bounds the entries one preadv reads (three buffers each; Linux
+// takes at most 1024).
+const maxRun = 256
+
+// ReadValues reads the values of rs, each run of entries that follow one
+// another in a value log with one preadv (vlogFiles.readRun), the others
+// as ReadValue does.
+func (t *badgerTxn) ReadValues(rs []ValueRead) error {
+	if t.vf == nil || t.rw || t.vf.off.Load() || len(rs) < 2 {
+		return t.readValues(rs)
+	}
+	es := make([]vlogEntry, len(rs))
+	for i := range rs {
+		it, err := t.t.Get(rs[i].Key)
+		if err != nil {
+			return mapErr(err)
+		}
+		e, ok := locate(it)
+		if !ok || len(rs[i].Dst) < e.vlen {
+			e = vlogEntry{} // alone, below
+		}
+		es[i] = e
+	}
+	// Entries in log order: a transaction writes its values to the log
+	// one after another, but not in the order of its writes.
+	order := make([]int, 0, len(rs))
+	for i := range rs {
+		if es[i].klen != 0 {
+			order = append(order, i)
+		} else if err := t.readValues(rs[i : i+1]); err != nil {
+			return err
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int {
+		return cmp.Or(cmp.Compare(es[a].fid, es[b].fid), cmp.Compare(es[a].offset, es[b].offset))
+	})
+	for i := 0; i < len(order); {
+		j := i + 1
+		for j < len(order) && j-i < maxRun && es[order[j]].fid == es[order[i]].fid &&
+			es[order[j]].offset == es[order[j-1]].end() {
+			j++
+		}
+		ok, err := t.vf.readRun(es, rs, order[i:j])
+		if err != nil {
+			t.vf.log.Warn("kv: reading values through Badger from now on", "err", err)
+		}
+		if !ok {
+			for _, k := range order[i:j] {
+				if err := t.readValues(rs[k : k+1]); err != nil {
+					return err
+				}
+			}
+		}
+		i = j
+	}
+	return nil
+}
+
+// readValues reads rs one by one.
+func (t *badgerTxn) readValues(rs []ValueRead) error {
+	for i := range rs {
+		n, err := t.ReadValue(rs[i].Key, 0, rs[i].Dst)
+		if err != nil {
+			return err
+		}
+		rs[i].N = n
+	}
+	return nil
+}
+
+// readRun reads the whole values of the entries es[k] for k in run,
+// which follow one another in one log, into rs[k].Dst, with one preadv
+// that reads their headers, keys and checksums into a scratch buffer, and
+// checks the headers and keys. ok false: read them another way; err: a
+// header did not match, and the reader is off from now on.
+func (vf *vlogFiles) readRun(es []vlogEntry, rs []ValueRead, run []int) (ok bool, err error) {
+	if vf.off.Load() {
+		return false, nil
+	}
+	fid := es[run[0]].fid
+	vf.mu.RLock()
+	f := vf.fds[fid]
+	if f == nil {
+		vf.mu.RUnlock()
+		vf.open(fid)
+		vf.mu.RLock()
+		if f = vf.fds[fid]; f == nil {
+			vf.mu.RUnlock()
+			return false, nil
+		}
+	}
+	defer vf.mu.RUnlock()
+	vf.reads.Add(int64(len(run)))
+	if len(run) > 1 {
+		vf.runs.Add(int64(len(run)))
+	}
+	scratch := 0
+	for _, k := range run {
+		scratch += es[k].hdr + 4
+	}
+	sb := make([]byte, scratch)
+	iov := make([][]byte, 0, 3*len(run))
+	at := 0
+	for _, k := range run {
+		e := es[k]
+		iov = append(iov, sb[at:at+e.hdr], rs[k].Dst[:e.vlen], sb[at+e.hdr:at+e.hdr+4])
+		at += e.hdr + 4
+	}
+	if readv(f, iov, es[run[0]].offset) != nil {
+		return false, nil
+	}
+	at = 0
+	for _, k := range run {
+		e := es[k]
+		if !checkHeader(sb[at:at+e.hdr], e, rs[k].Key) {
+			vf.off.Store(true)
+			return false, fmt.Errorf("%w: log %d offset %d", errVlogMismatch, e.fid, e.offset)
+		}
+		rs[k].N = e.vlen
+		at += e.hdr + 4
+	}
+	return true, nil
 }
 
 // ReadValue reads value bytes with pread where it can (vlogFiles), through

@@ -101,3 +101,81 @@ func TestReadValue(t *testing.T) {
 	}
 	check("after value-log GC")
 }
+
+// TestReadValues reads, with ReadValues, values written in one
+// transaction (one after another in the value log, read with one
+// preadv), mixed with values in the LSM tree, one read into a shorter
+// buffer, and one written later; then a batch with a missing key.
+func TestReadValues(t *testing.T) {
+	ctx := context.Background()
+	s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	val := func(n int) []byte {
+		v := make([]byte, n)
+		for i := range v {
+			v[i] = byte(rng.Uint32())
+		}
+		return v
+	}
+	var keys [][]byte
+	var vals [][]byte
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		for i := range 40 {
+			k := []byte(fmt.Sprintf("c%031d", i))
+			v := val([]int{32 << 10, 100, 5000, 128, 32 << 10, 32 << 10}[i%6])
+			if err := tx.Set(k, v); err != nil {
+				return err
+			}
+			keys, vals = append(keys, k), append(vals, v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, lateV := []byte("late"), val(20000)
+	if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set(late, lateV) }); err != nil {
+		t.Fatal(err)
+	}
+	keys, vals = append(keys, late), append(vals, lateV)
+	before, _ := kv.ValueReads(s)
+	err = s.View(ctx, func(tx kv.Txn) error {
+		vr := tx.(kv.ValueReader)
+		rs := make([]kv.ValueRead, len(keys))
+		for i := range keys {
+			n := len(vals[i]) + 16
+			if i == 7 {
+				n = len(vals[i]) - 10 // shorter than the value
+			}
+			rs[i] = kv.ValueRead{Key: keys[i], Dst: bytes.Repeat([]byte{0xee}, n)}
+		}
+		if err := vr.ReadValues(rs); err != nil {
+			return err
+		}
+		for i, r := range rs {
+			w := vals[i][:min(len(vals[i]), len(r.Dst))]
+			if r.N != len(w) || !bytes.Equal(r.Dst[:r.N], w) {
+				return fmt.Errorf("value %d (%d bytes, buffer %d): read %d bytes, wrong", i, len(vals[i]), len(r.Dst), r.N)
+			}
+		}
+		rs = []kv.ValueRead{{Key: keys[0], Dst: make([]byte, 32<<10)}, {Key: []byte("missing"), Dst: make([]byte, 10)}}
+		if err := vr.ReadValues(rs); !errors.Is(err, kv.ErrNotFound) {
+			return fmt.Errorf("a batch with a missing key: %v, want ErrNotFound", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, off := kv.ValueReads(s)
+	if off {
+		t.Fatal("the pread reader turned itself off")
+	}
+	if after-before < 20 || kv.RunReads(s) < 10 {
+		t.Fatalf("%d values read with pread, %d of them in runs; want at least 20 and 10", after-before, kv.RunReads(s))
+	}
+}
