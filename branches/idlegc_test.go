@@ -87,3 +87,76 @@ func testIdleGC(t *testing.T, pause bool) {
 		t.Fatal("main's file reads other bytes after the idle GC")
 	}
 }
+
+// TestIdleGCWaitsForActivity: client work (NoteActivity, which the NFS
+// server calls for READs, WRITEs and changes) postpones the idle GC past
+// GCIdle, and once it stops the idle GC runs; work without a pause
+// postpones it only up to a bound.
+func TestIdleGCWaitsForActivity(t *testing.T) {
+	for _, pause := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pause=%v", pause), func(t *testing.T) { testIdleGCActivity(t, pause) })
+	}
+}
+
+func testIdleGCActivity(t *testing.T, pause bool) {
+	const size = 4 << 20
+	const idle = 500 * time.Millisecond
+	ctx := context.Background()
+	st, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1, ValueLogFileSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := branches.Open(ctx, branches.Options{Store: st, ReclaimDelay: 10 * time.Millisecond, GCIdle: idle})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { m.Close(); st.Close() }()
+	gcWrite(t, m, "main", "big", gcData(0, size))
+	if _, err := m.Fork(ctx, "main", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	want := gcData(1, size)
+	gcWrite(t, m, "r1", "big", want)
+	// The commit's reclaimer pass arms the idle GC; work starts at once.
+	if _, err := m.Commit(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	pruned := func() bool {
+		rep, err := m.Space(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.ContentBytes <= size
+	}
+	start := time.Now()
+	work := 3 * idle // well under the bound of 6 GCIdle after the pass
+	if !pause {
+		work = 2 * time.Minute // until the GC ran
+	}
+	for time.Since(start) < work {
+		m.NoteActivity()
+		time.Sleep(20 * time.Millisecond)
+		if pruned() {
+			if pause {
+				t.Fatalf("the idle GC ran %v after the commit while clients worked (GCIdle %v)", time.Since(start).Round(time.Millisecond), idle)
+			}
+			break
+		}
+	}
+	if !pause {
+		if !pruned() {
+			t.Fatal("work without a pause postponed the idle GC for 2 minutes")
+		}
+		t.Logf("ran %v after the commit, with work going on", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	// Wait for the reclaimer (a liveness bound, not a speed target).
+	for deadline := time.Now().Add(2 * time.Minute); !pruned(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the idle GC did not run in 2 minutes after the work stopped")
+		}
+	}
+	if got := gcRead(t, m, "main", "big"); !bytes.Equal(got, want) {
+		t.Fatal("main's file reads other bytes after the idle GC")
+	}
+}

@@ -51,9 +51,13 @@ type Options struct {
 	// negative never).
 	GCAfterSwept int64
 	// GCIdle: when no commit or abort came for this long after a
-	// reclaimer pass, the reclaimer prunes hidden blocks and gives space
-	// back if that and the passes since the last GC freed at least 4 MiB
-	// (default 10 s; negative never, and so does a negative GCAfterSwept).
+	// reclaimer pass, and no client work either (NoteActivity: a READ, a
+	// WRITE, a change to a name), the reclaimer prunes hidden blocks and
+	// gives space back if that and the passes since the last GC freed at
+	// least 4 MiB (default 10 s; negative never, and so does a negative
+	// GCAfterSwept). Client work postpones it by at most gcIdleMaxWait
+	// times GCIdle after the pass, so that a server busy without a pause
+	// still gives space back.
 	GCIdle time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
@@ -275,7 +279,10 @@ type Manager struct {
 	lease     Lease        // ownership (owner.go); protected by mu
 
 	reclaim chan struct{}
-	cancel  context.CancelFunc
+	// activity counts NoteActivity calls: the idle GC waits for a pause
+	// in them too.
+	activity atomic.Uint64
+	cancel   context.CancelFunc
 	wg      sync.WaitGroup
 }
 

@@ -35,12 +35,19 @@ func (m *Manager) kickReclaim() {
 func (m *Manager) reclaimLoop(ctx context.Context) {
 	defer m.wg.Done()
 	var idle <-chan time.Time // armed by each pass: see Options.GCIdle
+	var armed uint64          // m.activity when idle was armed
+	var passEnd time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-idle:
 			idle = nil
+			if a := m.activity.Load(); a != armed && time.Since(passEnd) < gcIdleMaxWait*m.opts.GCIdle {
+				// Clients worked meanwhile: wait for a pause in that too.
+				armed, idle = a, time.After(m.opts.GCIdle)
+				continue
+			}
 			m.gc.mu.Lock()
 			m.idleGC(ctx)
 			m.gc.mu.Unlock()
@@ -57,10 +64,22 @@ func (m *Manager) reclaimLoop(ctx context.Context) {
 		m.gc.mu.Unlock()
 		m.metrics.passes.Add(1)
 		if m.opts.GCIdle > 0 && m.opts.GCAfterSwept >= 0 {
+			armed, passEnd = m.activity.Load(), time.Now()
 			idle = time.After(m.opts.GCIdle)
 		}
 	}
 }
+
+// gcIdleMaxWait bounds, in units of Options.GCIdle after a reclaimer pass,
+// how long client work postpones the idle GC.
+const gcIdleMaxWait = 6
+
+// NoteActivity tells the reclaimer that a client did some work: the idle
+// GC (Options.GCIdle), whose prune, sweep and rechunk read and rewrite
+// files, waits for a pause in it. The NFS server calls it for the
+// procedures that read or change data or names (not the attribute and
+// status polls clients send while idle). It costs one atomic add.
+func (m *Manager) NoteActivity() { m.activity.Add(1) }
 
 // foldPerPass bounds the layers one reclaimer pass folds.
 const foldPerPass = 16

@@ -125,6 +125,9 @@ type Server struct {
 
 	// testHook, when set, runs before every procedure (tests inject panics).
 	testHook func(prog, proc uint32)
+	// activity is told of the calls that do work (workProcs); nil when
+	// the Branches do not listen (ActivityNoter).
+	activity ActivityNoter
 
 	closeCh chan struct{}  // closed by Close
 	serving sync.WaitGroup // Serve calls running
@@ -164,8 +167,24 @@ func New(opts Options) (*Server, error) {
 	}
 	s.mounts.init()
 	s.root.mtime = s.started
+	s.activity, _ = opts.Branches.(ActivityNoter)
 	return s, nil
 }
+
+// ActivityNoter is implemented by Branches that want to know when clients
+// work (*branches.Manager: its idle GC waits for a pause).
+type ActivityNoter interface {
+	NoteActivity()
+}
+
+var _ ActivityNoter = (*branches.Manager)(nil)
+
+// workProcs are the NFS procedures that read or change data or names,
+// told to Server.activity: SETATTR, READ, WRITE, CREATE, MKDIR, SYMLINK,
+// MKNOD, REMOVE, RMDIR, RENAME, LINK, COMMIT. The rest are what clients
+// also send while nobody works (attribute and access checks, lookups and
+// listings of an open window, status polls).
+const workProcs = 1<<2 | 1<<6 | 1<<7 | 1<<8 | 1<<9 | 1<<10 | 1<<11 | 1<<12 | 1<<13 | 1<<14 | 1<<15 | 1<<21
 
 // Serve accepts connections on ln and serves them until ctx is cancelled or
 // Close is called; then it stops reading new requests, lets the requests in
@@ -758,6 +777,9 @@ func (s *Server) dispatch(rec []byte, oversize bool, remote string, c *conn) []b
 	}
 	pi := table[proc]
 	s.metrics.countProc(prog, proc)
+	if prog == progNFS && s.activity != nil && workProcs&(1<<proc) != 0 {
+		s.activity.NoteActivity()
+	}
 	e.u32(acceptSuccess)
 	r.prog, r.name, r.xid, r.proc, r.cred = progName, pi.name, xid, proc, cr
 	t0 := time.Now()
