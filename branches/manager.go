@@ -283,7 +283,7 @@ type Manager struct {
 	// in them too.
 	activity atomic.Uint64
 	cancel   context.CancelFunc
-	wg      sync.WaitGroup
+	wg       sync.WaitGroup
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
