@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -238,5 +239,93 @@ func TestGetAttrsOneTransaction(t *testing.T) {
 	}
 	if txns := cs.txns.Load(); txns != 1 {
 		t.Fatalf("GetAttrs of %d inodes: %d transactions, want 1", len(inos), txns)
+	}
+}
+
+// TestGetAttrsScan checks GetAttrs, which reads the top layer's records of
+// a listing with one key iteration, against GetAttr one inode at a time:
+// inodes whose record is in the top layer, in a frozen layer only,
+// removed in the top layer, never created, asked for in no order, and
+// spread among so many other inodes that the iteration runs out of its
+// budget; and that a dense listing costs fewer point lookups than inodes.
+func TestGetAttrsScan(t *testing.T) {
+	f, cs, _ := newCountingFS(t, Options{})
+	create := func(dir InodeID, name string) InodeID {
+		a, err := f.Create(dir, name, CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Ino
+	}
+	var inos []InodeID
+	for i := range 20 {
+		inos = append(inos, create(RootIno, fmt.Sprint("old", i)))
+	}
+	pushLayer(t, f)
+	mode := uint32(0o600)
+	for i := range 20 {
+		switch i % 4 {
+		case 1: // copied up: the top layer's record
+			if _, err := f.SetAttr(inos[i], SetAttr{Mode: &mode}); err != nil {
+				t.Fatal(err)
+			}
+		case 2: // removed in the top layer
+			if err := f.Unlink(RootIno, fmt.Sprint("old", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := range 20 {
+		inos = append(inos, create(RootIno, fmt.Sprint("new", i)))
+	}
+	d, err := f.Mkdir(RootIno, "many", NewAttr{Mode: 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 { // between the listing's inodes and the last few
+		create(d.Ino, fmt.Sprint("x", i))
+	}
+	for i := range 3 {
+		inos = append(inos, create(RootIno, fmt.Sprint("late", i)))
+	}
+	inos = append(inos, inos[len(inos)-1]+1000, 1) // never created
+	rand.New(rand.NewPCG(5, 6)).Shuffle(len(inos), func(i, j int) { inos[i], inos[j] = inos[j], inos[i] })
+	check := func(inos []InodeID) {
+		t.Helper()
+		attrs, err := f.GetAttrs(inos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, ino := range inos {
+			want, err := f.GetAttr(ino)
+			switch {
+			case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE):
+				if attrs[i] != nil {
+					t.Fatalf("inode %d does not exist, GetAttrs gave %+v", ino, *attrs[i])
+				}
+			case err != nil:
+				t.Fatal(err)
+			case attrs[i] == nil || *attrs[i] != want:
+				t.Fatalf("inode %d: GetAttrs gave %v, GetAttr %+v", ino, attrs[i], want)
+			}
+		}
+	}
+	check(inos)
+	// A dense listing: the 20 new files.
+	var fresh []InodeID
+	for i := range 20 {
+		a, err := f.Lookup(RootIno, fmt.Sprint("new", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh = append(fresh, a.Ino)
+	}
+	check(fresh)
+	cs.reset()
+	if _, err := f.GetAttrs(fresh); err != nil {
+		t.Fatal(err)
+	}
+	if points := cs.points.Load(); points >= int64(len(fresh)) {
+		t.Fatalf("GetAttrs of %d neighbouring top-layer inodes: %d point lookups, want fewer than one each", len(fresh), points)
 	}
 }

@@ -1,6 +1,7 @@
 package cowfs
 
 import (
+	"encoding/binary"
 	"errors"
 	"sort"
 	"strings"
@@ -292,9 +293,19 @@ func (f *View) getAttrs(inos []InodeID) ([]*Attr, error) {
 	out := make([]*Attr, len(inos))
 	attrs := make([]Attr, len(inos))
 	err := f.view(func(tx kv.Txn, st state) error {
+		tops, err := topRecords(tx, st.stack[0], inos)
+		if err != nil {
+			return err
+		}
 		for i, ino := range inos {
 			out[i] = nil
-			n, _, err := f.getInode(tx, st, ino)
+			var n *inode
+			var err error
+			if top, ok := tops[ino]; ok {
+				n, _, _, err = f.inodeOver(tx, st, ino, top, false)
+			} else {
+				n, _, err = f.getInode(tx, st, ino)
+			}
 			if errors.Is(err, syscall.ENOENT) {
 				continue
 			}
@@ -311,6 +322,66 @@ func (f *View) getAttrs(inos []InodeID) ([]*Attr, error) {
 	}
 	return out, nil
 }
+
+// topRecords reads layer l's records of inos (nil for those it holds
+// none of) with one key iteration over the range of their numbers, which
+// costs about as much as two point reads in Badger: a listing's files,
+// created one after another, have neighbouring numbers. It visits at most
+// scanPerIno keys per inode asked for (the range may hold many others);
+// the inodes it did not reach are left out of the map, for the caller to
+// read one by one. Fewer than scanMin inodes: none read.
+func topRecords(tx kv.Txn, l LayerID, inos []InodeID) (map[InodeID]*inode, error) {
+	if len(inos) < scanMin {
+		return nil, nil
+	}
+	want := make(map[InodeID]bool, len(inos))
+	lo, hi := inos[0], inos[0]
+	for _, ino := range inos {
+		want[ino] = true
+		lo, hi = min(lo, ino), max(hi, ino)
+	}
+	out := make(map[InodeID]*inode, len(inos))
+	prefix := append(layerPrefix(l), kindInode)
+	budget := scanPerIno * len(inos)
+	reached := hi // every inode up to it was seen or is absent
+	err := tx.Iterate(prefix, inodeKey(l, lo), false, func(k, v []byte) (bool, error) {
+		if len(k) != len(prefix)+8 {
+			return true, nil
+		}
+		ino := InodeID(binary.BigEndian.Uint64(k[len(prefix):]))
+		if ino > hi {
+			return false, nil
+		}
+		if want[ino] {
+			n, err := decodeInode(ino, v)
+			if err != nil {
+				return false, err
+			}
+			out[ino] = n
+		}
+		if budget--; budget == 0 {
+			reached = ino // out of budget: the rest is unknown
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for ino := range want {
+		if _, ok := out[ino]; !ok && ino <= reached {
+			out[ino] = nil // the layer holds no record of it
+		}
+	}
+	return out, nil
+}
+
+// scanMin and scanPerIno bound topRecords: the fewest inodes worth an
+// iteration, and the keys it may visit per inode asked for.
+const (
+	scanMin    = 4
+	scanPerIno = 4
+)
 
 // view runs fn in a read-only transaction on the view's current stack.
 // Errors come back raw; callers wrap them with their op and name.
