@@ -70,8 +70,8 @@ type ValueRead struct {
 // a descriptor opened on one keeps reading the same bytes even after
 // Badger deletes the file; but it keeps the file's space until closed. So
 // the descriptors are closed after every value-log GC round (the only
-// thing that deletes logs) and on every GC tick, and whenever more than
-// maxVlogFiles are open.
+// thing that deletes logs) and on every GC tick, and one is closed to open
+// another once maxVlogFiles are open.
 type vlogFiles struct {
 	dir string
 
@@ -86,8 +86,11 @@ type vlogFiles struct {
 	log   *slog.Logger
 }
 
-// maxVlogFiles bounds the descriptors vlogFiles keeps open.
-const maxVlogFiles = 64
+// maxVlogFiles bounds the descriptors vlogFiles keeps open (Badger keeps
+// one of its own per log, and Go raises the soft limit on open files to
+// the hard one): 128 logs of 32 MiB, 4 GiB of values read at random
+// before a log's descriptor is closed to open another's.
+const maxVlogFiles = 128
 
 // itemLayout is where an Item keeps its value pointer and meta byte; ok
 // only if both fields were found with the expected types.
@@ -230,8 +233,12 @@ func (vf *vlogFiles) open(fid uint32) {
 	if err != nil {
 		return
 	}
-	if len(vf.fds) >= maxVlogFiles {
-		vf.closeLocked()
+	for id, old := range vf.fds { // one out, whichever: no read is running
+		if len(vf.fds) < maxVlogFiles {
+			break
+		}
+		old.Close()
+		delete(vf.fds, id)
 	}
 	if vf.fds == nil {
 		vf.fds = map[uint32]*os.File{}
