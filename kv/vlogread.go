@@ -165,16 +165,9 @@ func (vf *vlogFiles) read(e vlogEntry, key []byte, off int, dst []byte) (ok bool
 	if vf.off.Load() {
 		return false, nil
 	}
-	vf.mu.RLock()
-	f := vf.fds[e.fid]
+	f := vf.acquire(e.fid)
 	if f == nil {
-		vf.mu.RUnlock()
-		vf.open(e.fid)
-		vf.mu.RLock()
-		if f = vf.fds[e.fid]; f == nil {
-			vf.mu.RUnlock()
-			return false, nil // gone, or closed meanwhile
-		}
+		return false, nil
 	}
 	defer vf.mu.RUnlock()
 	vf.reads.Add(1)
@@ -221,6 +214,24 @@ func checkHeader(h []byte, e vlogEntry, key []byte) bool {
 	}
 	i += n
 	return len(h)-i == e.klen && bytes.Equal(h[i:i+len(key)], key)
+}
+
+// acquire returns a descriptor of log fid with mu read-locked, for the
+// caller to unlock once done with it; nil (and mu unlocked) if the log is
+// gone or its descriptor was closed meanwhile.
+func (vf *vlogFiles) acquire(fid uint32) *os.File {
+	vf.mu.RLock()
+	if f := vf.fds[fid]; f != nil {
+		return f
+	}
+	vf.mu.RUnlock()
+	vf.open(fid)
+	vf.mu.RLock()
+	if f := vf.fds[fid]; f != nil {
+		return f
+	}
+	vf.mu.RUnlock()
+	return nil
 }
 
 // open opens a descriptor of log fid unless one is open; it opens none if
@@ -344,17 +355,9 @@ func (vf *vlogFiles) readRun(es []vlogEntry, rs []ValueRead, run []int) (ok bool
 	if vf.off.Load() {
 		return false, nil
 	}
-	fid := es[run[0]].fid
-	vf.mu.RLock()
-	f := vf.fds[fid]
+	f := vf.acquire(es[run[0]].fid)
 	if f == nil {
-		vf.mu.RUnlock()
-		vf.open(fid)
-		vf.mu.RLock()
-		if f = vf.fds[fid]; f == nil {
-			vf.mu.RUnlock()
-			return false, nil
-		}
+		return false, nil
 	}
 	defer vf.mu.RUnlock()
 	vf.reads.Add(int64(len(run)))
