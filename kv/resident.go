@@ -53,6 +53,7 @@ type residency struct {
 	mu       sync.RWMutex
 	pending  atomic.Int64 // bytes since the last trim
 	trimming atomic.Bool  // one trim at a time
+	over     atomic.Bool  // file-backed RSS was over above when last read
 	trims    atomic.Int64 // trims done (tests)
 
 	// Set by the trim holding trimming: the mapping trimmed last and a
@@ -74,7 +75,9 @@ func newResidency(dir string, every, above, fileSize int64) *residency {
 	if err != nil {
 		return nil
 	}
-	return &residency{dir: abs, every: every, above: above, big: uint64(fileSize / 2)}
+	r := &residency{dir: abs, every: every, above: above, big: uint64(fileSize / 2)}
+	r.over.Store(above <= 0)
+	return r
 }
 
 // add counts n bytes of traffic and reports whether a trim is due.
@@ -83,11 +86,33 @@ func (r *residency) add(n int) bool {
 		return false
 	}
 	if r.above > 0 && fileResident() < r.above {
+		r.over.Store(false)
 		r.pending.Store(0)
 		return false
 	}
+	r.over.Store(true)
 	return true
 }
+
+// note counts n bytes of value-log traffic that did not go through the
+// mappings (vlogFiles): it trims nothing, but every TrimEvery bytes it
+// looks at the resident memory again, for trimsOn to say whether reads
+// should keep away from the mappings.
+func (r *residency) note(n int) {
+	if r == nil || r.pending.Add(int64(n)) < r.every {
+		return
+	}
+	r.pending.Store(0)
+	r.over.Store(r.above <= 0 || fileResident() >= r.above)
+}
+
+// trimsOn reports whether the value logs' mappings are being trimmed:
+// the process's file-backed resident memory was over TrimAbove when last
+// looked at. Then a value read through a mapping faults its pages in
+// again, and vlogFiles reads it with a pread instead; otherwise the pages
+// a read maps stay mapped, and copying out of them costs less than a
+// pread (a system call and the kernel's slower copy).
+func (r *residency) trimsOn() bool { return r == nil || r.over.Load() }
 
 // fromValueLog reports whether Badger reads item's value from a value log
 // (the entry holds a value pointer) rather than from the LSM tree: for a

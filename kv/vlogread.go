@@ -284,7 +284,7 @@ const maxRun = 256
 // another in a value log with one preadv (vlogFiles.readRun), the others
 // as ReadValue does.
 func (t *badgerTxn) ReadValues(rs []ValueRead) error {
-	if t.vf == nil || t.rw || t.vf.off.Load() || len(rs) < 2 {
+	if !t.preads() || len(rs) < 2 {
 		return t.readValues(rs)
 	}
 	es := make([]vlogEntry, len(rs))
@@ -328,10 +328,22 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 					return err
 				}
 			}
+		} else {
+			for _, k := range order[i:j] {
+				t.rsd.note(rs[k].N)
+			}
 		}
 		i = j
 	}
 	return nil
+}
+
+// preads reports whether values are read with preads (vlogFiles): in a
+// read-only transaction of a store on disk, while the value logs'
+// mappings are being trimmed (residency.trimsOn; always where they are
+// not trimmed, which bounds the RSS there).
+func (t *badgerTxn) preads() bool {
+	return t.vf != nil && !t.rw && !t.vf.off.Load() && t.rsd.trimsOn()
 }
 
 // readValues reads rs one by one.
@@ -402,7 +414,7 @@ func (t *badgerTxn) ReadValue(key []byte, off int, dst []byte) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("kv: read of a value at offset %d", off)
 	}
-	if t.vf != nil && !t.rw {
+	if t.preads() {
 		if e, ok := locate(it); ok {
 			n := max(0, min(len(dst), e.vlen-off))
 			if n == 0 {
@@ -413,6 +425,7 @@ func (t *badgerTxn) ReadValue(key []byte, off int, dst []byte) (int, error) {
 				t.vf.log.Warn("kv: reading values through Badger from now on", "err", err)
 			}
 			if ok {
+				t.rsd.note(n)
 				return n, nil
 			}
 		}

@@ -11,14 +11,15 @@ import (
 	"github.com/branchnfs/branchnfs/kv"
 )
 
-// TestReadValue checks ReadValue against GetFunc for values in the LSM
+// TestReadValue (with the mappings trimmed: TrimAbove -1) checks
+// ReadValue against GetFunc for values in the LSM
 // tree and in the value log, around the sizes where the entry header's
 // length fields grow a byte, with keys of several lengths, whole, in
 // part and from an offset; and again after value-log GC moved them. It
 // checks that the value-log reads did go through pread.
 func TestReadValue(t *testing.T) {
 	ctx := context.Background()
-	s, err := kv.OpenBadger(t.TempDir(), kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1}, 4<<20))
+	s, err := kv.OpenBadger(t.TempDir(), kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, TrimAbove: -1}, 4<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestReadValue(t *testing.T) {
 // buffer, and one written later; then a batch with a missing key.
 func TestReadValues(t *testing.T) {
 	ctx := context.Background()
-	s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1})
+	s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1, TrimAbove: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,5 +178,51 @@ func TestReadValues(t *testing.T) {
 	}
 	if after-before < 20 || kv.RunReads(s) < 10 {
 		t.Fatalf("%d values read with pread, %d of them in runs; want at least 20 and 10", after-before, kv.RunReads(s))
+	}
+}
+
+// TestReadValueMapped: while the value logs' mappings are not trimmed
+// (the process's file-backed memory under TrimAbove), values are copied
+// out of the mappings, whose pages stay mapped, not read with preads;
+// once trimming, with preads.
+func TestReadValueMapped(t *testing.T) {
+	ctx := context.Background()
+	for _, above := range []int64{1 << 40, -1} {
+		s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1, TrimEvery: 64 << 10, TrimAbove: above})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := bytes.Repeat([]byte("0123456789abcdef"), 2<<10)
+		for i := range 16 {
+			if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(fmt.Sprint("k", i)), v) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err = s.View(ctx, func(tx kv.Txn) error {
+			vr := tx.(kv.ValueReader)
+			for range 4 {
+				rs := make([]kv.ValueRead, 16)
+				for i := range rs {
+					rs[i] = kv.ValueRead{Key: []byte(fmt.Sprint("k", i)), Dst: make([]byte, len(v))}
+				}
+				if err := vr.ReadValues(rs); err != nil {
+					return err
+				}
+				for i, r := range rs {
+					if r.N != len(v) || !bytes.Equal(r.Dst, v) {
+						return fmt.Errorf("value %d read wrong", i)
+					}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads, _ := kv.ValueReads(s)
+		if trimmed := above < 0; (reads > 0) != trimmed {
+			t.Errorf("TrimAbove %d: %d values read with pread, want them read so: %v", above, reads, trimmed)
+		}
+		s.Close()
 	}
 }
