@@ -217,8 +217,13 @@ func (f *View) clearEntry(tx kv.Txn, st state, dir InodeID, s uint64) error {
 
 func (f *View) getAttr(ino InodeID) (Attr, error) {
 	var a Attr
+	tg := f.topGen(f.readGen()) // before the snapshot
 	err := f.view(func(tx kv.Txn, st state) error {
-		n, _, err := f.getInode(tx, st, ino)
+		top, err := f.topRecord(tx, st.stack[0], ino, tg)
+		if err != nil {
+			return err
+		}
+		n, _, _, err := f.inodeOver(tx, st, ino, top, false)
 		if err != nil {
 			return err
 		}
@@ -292,20 +297,40 @@ func (f *View) lookupDir(dir InodeID, name string) (Attr, Attr, error) {
 func (f *View) getAttrs(inos []InodeID) ([]*Attr, error) {
 	out := make([]*Attr, len(inos))
 	attrs := make([]Attr, len(inos))
+	tg := f.topGen(f.readGen()) // before the snapshot
 	err := f.view(func(tx kv.Txn, st state) error {
-		tops, err := topRecords(tx, st.stack[0], inos)
+		// The top layer's records: cached (topcache.go), or read with
+		// one iteration (topRecords), or one by one.
+		tops := make(map[InodeID]*inode, len(inos))
+		var miss []InodeID
+		for _, ino := range inos {
+			if td := f.topEntry(st.stack[0], ino, tg); td != nil {
+				tops[ino] = td.rec
+			} else {
+				miss = append(miss, ino)
+			}
+		}
+		read, err := topRecords(tx, st.stack[0], miss)
 		if err != nil {
 			return err
+		}
+		for ino, rec := range read {
+			tops[ino] = rec
+			if tg.ok {
+				f.fillTop(st.stack[0], ino, rec, tg)
+			}
 		}
 		for i, ino := range inos {
 			out[i] = nil
 			var n *inode
 			var err error
-			if top, ok := tops[ino]; ok {
-				n, _, _, err = f.inodeOver(tx, st, ino, top, false)
-			} else {
-				n, _, err = f.getInode(tx, st, ino)
+			top, ok := tops[ino]
+			if !ok {
+				if top, err = f.topRecord(tx, st.stack[0], ino, tg); err != nil {
+					return err
+				}
 			}
+			n, _, _, err = f.inodeOver(tx, st, ino, top, false)
 			if errors.Is(err, syscall.ENOENT) {
 				continue
 			}

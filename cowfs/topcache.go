@@ -105,6 +105,21 @@ func (f *View) fillTop(l LayerID, ino InodeID, rec *inode, tg readGen) *frozenDa
 	return td
 }
 
+// topRecord returns top layer l's record of ino (nil if it holds none)
+// for a read-only request under tg: from the layer's cache entry, or read
+// and cached. GETATTR, ACCESS and READDIRPLUS read attributes this way:
+// the same record a READ takes its size and reply attributes from.
+func (f *View) topRecord(tx kv.Txn, l LayerID, ino InodeID, tg readGen) (*inode, error) {
+	if td := f.topEntry(l, ino, tg); td != nil {
+		return td.rec, nil
+	}
+	rec, err := layerInode(tx, l, ino)
+	if err == nil && tg.ok {
+		f.fillTop(l, ino, rec, tg)
+	}
+	return rec, err
+}
+
 // hasGroups reports whether td holds the references of blocks [first,
 // last] (all of them when its layer holds no record of the inode).
 func (f *View) hasGroups(td *frozenData, first, last uint64) bool {
