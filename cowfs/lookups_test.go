@@ -353,3 +353,33 @@ func TestGetAttrsScan(t *testing.T) {
 		t.Fatalf("GetAttrs of %d neighbouring top-layer inodes: %d point lookups, want fewer than one each", len(fresh), points)
 	}
 }
+
+// TestLookupTopCached: a warm LOOKUP of a name in the top layer reads the
+// directory entry alone (both records come from the top-layer cache),
+// and a change in between is seen.
+func TestLookupTopCached(t *testing.T) {
+	f, cs, _ := newCountingFS(t, Options{})
+	a, err := f.Create(RootIno, "f", CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.LookupDir(RootIno, "f"); err != nil {
+		t.Fatal(err)
+	}
+	cs.reset()
+	if _, got, err := f.LookupDir(RootIno, "f"); err != nil || got.Ino != a.Ino {
+		t.Fatalf("LookupDir: %+v, %v", got, err)
+	}
+	if txns, points := cs.txns.Load(), cs.points.Load(); txns != 1 || points != 1 {
+		t.Fatalf("warm LookupDir: %d transactions, %d point lookups; want 1, 1", txns, points)
+	}
+	if err := f.Rename(RootIno, "f", RootIno, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.LookupDir(RootIno, "f"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("LookupDir of a renamed name: %v, want ENOENT", err)
+	}
+	if _, got, err := f.LookupDir(RootIno, "g"); err != nil || got.Ino != a.Ino {
+		t.Fatalf("LookupDir of the new name: %+v, %v", got, err)
+	}
+}

@@ -246,9 +246,19 @@ func (f *View) lookup(dir InodeID, name string) (Attr, error) {
 // dir's record once and resolves the name through the layers it found.
 func (f *View) lookupDir(dir InodeID, name string) (Attr, Attr, error) {
 	var da, a Attr
+	tg := f.topGen(f.readGen()) // before the snapshot
 	err := f.view(func(tx kv.Txn, st state) error {
 		da = Attr{}
-		d, _, layers, err := f.getInodeLayers(tx, st, dir, true)
+		// The records, the top layer's from the top-layer cache.
+		get := func(ino InodeID, withLayers bool) (*inode, []LayerID, error) {
+			top, err := f.topRecord(tx, st.stack[0], ino, tg)
+			if err != nil {
+				return nil, nil, err
+			}
+			n, _, layers, err := f.inodeOver(tx, st, ino, top, withLayers)
+			return n, layers, err
+		}
+		d, layers, err := get(dir, true)
 		if errors.Is(err, syscall.ENOENT) {
 			return syscall.ESTALE
 		}
@@ -268,7 +278,7 @@ func (f *View) lookupDir(dir InodeID, name string) (Attr, Attr, error) {
 			if len(d.Links) > 0 {
 				p = d.Links[0].Dir
 			}
-			n, _, err := f.getInode(tx, st, p)
+			n, _, err := get(p, false)
 			if err != nil {
 				return err
 			}
@@ -282,7 +292,7 @@ func (f *View) lookupDir(dir InodeID, name string) (Attr, Attr, error) {
 		if err != nil {
 			return err
 		}
-		n, _, err := f.getInode(tx, st, en.Ino)
+		n, _, err := get(en.Ino, false)
 		if err != nil {
 			return err
 		}
