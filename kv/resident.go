@@ -109,9 +109,10 @@ func (r *residency) note(n int) {
 // trimsOn reports whether the value logs' mappings are being trimmed:
 // the process's file-backed resident memory was over TrimAbove when last
 // looked at. Then a value read through a mapping faults its pages in
-// again, and vlogFiles reads it with a pread instead; otherwise the pages
-// a read maps stay mapped, and copying out of them costs less than a
-// pread (a system call and the kernel's slower copy).
+// again, and vlogFiles reads a single value with a pread instead;
+// otherwise the pages a read maps stay mapped, and copying one value out
+// of them costs less than a pread (a system call and the kernel's slower
+// copy).
 func (r *residency) trimsOn() bool { return r == nil || r.over.Load() }
 
 // fromValueLog reports whether Badger reads item's value from a value log

@@ -284,7 +284,7 @@ const maxRun = 256
 // another in a value log with one preadv (vlogFiles.readRun), the others
 // as ReadValue does.
 func (t *badgerTxn) ReadValues(rs []ValueRead) error {
-	if !t.preads() || len(rs) < 2 {
+	if !t.preads(len(rs)) {
 		return t.readValues(rs)
 	}
 	es := make([]vlogEntry, len(rs))
@@ -338,12 +338,15 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 	return nil
 }
 
-// preads reports whether values are read with preads (vlogFiles): in a
-// read-only transaction of a store on disk, while the value logs'
-// mappings are being trimmed (residency.trimsOn; always where they are
-// not trimmed, which bounds the RSS there).
-func (t *badgerTxn) preads() bool {
-	return t.vf != nil && !t.rw && !t.vf.off.Load() && t.rsd.trimsOn()
+// preads reports whether n values are read with preads (vlogFiles): in
+// a read-only transaction of a store on disk, a batch of several always
+// (one preadv reads a run of them: a READ of many blocks, which also
+// sweeps through more than the mappings keep), a single one while the
+// value logs' mappings are being trimmed (residency.trimsOn; always where
+// they are not trimmed, which bounds the RSS there). A single value read
+// through an untrimmed mapping (a small file's block) costs less.
+func (t *badgerTxn) preads(n int) bool {
+	return t.vf != nil && !t.rw && !t.vf.off.Load() && (n > 1 || t.rsd.trimsOn())
 }
 
 // readValues reads rs one by one.
@@ -414,7 +417,7 @@ func (t *badgerTxn) ReadValue(key []byte, off int, dst []byte) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("kv: read of a value at offset %d", off)
 	}
-	if t.preads() {
+	if t.preads(1) {
 		if e, ok := locate(it); ok {
 			n := max(0, min(len(dst), e.vlen-off))
 			if n == 0 {

@@ -182,9 +182,9 @@ func TestReadValues(t *testing.T) {
 }
 
 // TestReadValueMapped: while the value logs' mappings are not trimmed
-// (the process's file-backed memory under TrimAbove), values are copied
-// out of the mappings, whose pages stay mapped, not read with preads;
-// once trimming, with preads.
+// (the process's file-backed memory under TrimAbove), single values are
+// copied out of the mappings, whose pages stay mapped, not read with
+// preads; once trimming, with preads. Batches always go by preads.
 func TestReadValueMapped(t *testing.T) {
 	ctx := context.Background()
 	for _, above := range []int64{1 << 40, -1} {
@@ -201,15 +201,13 @@ func TestReadValueMapped(t *testing.T) {
 		err = s.View(ctx, func(tx kv.Txn) error {
 			vr := tx.(kv.ValueReader)
 			for range 4 {
-				rs := make([]kv.ValueRead, 16)
-				for i := range rs {
-					rs[i] = kv.ValueRead{Key: []byte(fmt.Sprint("k", i)), Dst: make([]byte, len(v))}
-				}
-				if err := vr.ReadValues(rs); err != nil {
-					return err
-				}
-				for i, r := range rs {
-					if r.N != len(v) || !bytes.Equal(r.Dst, v) {
+				for i := range 16 {
+					dst := make([]byte, len(v)+1)
+					n, err := vr.ReadValue([]byte(fmt.Sprint("k", i)), 0, dst)
+					if err != nil {
+						return err
+					}
+					if n != len(v) || !bytes.Equal(dst[:n], v) {
 						return fmt.Errorf("value %d read wrong", i)
 					}
 				}
@@ -221,7 +219,28 @@ func TestReadValueMapped(t *testing.T) {
 		}
 		reads, _ := kv.ValueReads(s)
 		if trimmed := above < 0; (reads > 0) != trimmed {
-			t.Errorf("TrimAbove %d: %d values read with pread, want them read so: %v", above, reads, trimmed)
+			t.Errorf("TrimAbove %d: %d single values read with pread, want them read so: %v", above, reads, trimmed)
+		}
+		err = s.View(ctx, func(tx kv.Txn) error {
+			rs := make([]kv.ValueRead, 16)
+			for i := range rs {
+				rs[i] = kv.ValueRead{Key: []byte(fmt.Sprint("k", i)), Dst: make([]byte, len(v))}
+			}
+			if err := tx.(kv.ValueReader).ReadValues(rs); err != nil {
+				return err
+			}
+			for i, r := range rs {
+				if r.N != len(v) || !bytes.Equal(r.Dst, v) {
+					return fmt.Errorf("value %d of a batch read wrong", i)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after, _ := kv.ValueReads(s); after-reads != 16 {
+			t.Errorf("TrimAbove %d: %d values of a batch of 16 read with pread, want all", above, after-reads)
 		}
 		s.Close()
 	}
