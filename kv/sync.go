@@ -206,11 +206,29 @@ func (l *logFiles) sync() error {
 		return err
 	}
 	files, newest, names := ls.files, ls.newest, ls.names
+	var dirty []logFile
 	for _, f := range files {
-		if l.clean[f.name] {
-			continue
+		if !l.clean[f.name] {
+			dirty = append(dirty, f)
 		}
-		if err := l.fsync(filepath.Join(l.dir, f.name)); err != nil {
+	}
+	// At once: usually the newest write-ahead log and value log, whose
+	// fdatasyncs the filesystem's journal can then commit together.
+	errs := make([]error, len(dirty))
+	var wg sync.WaitGroup
+	for i, f := range dirty[min(1, len(dirty)):] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = l.fsync(filepath.Join(l.dir, f.name))
+		}()
+	}
+	if len(dirty) > 0 {
+		errs[0] = l.fsync(filepath.Join(l.dir, dirty[0].name))
+	}
+	wg.Wait()
+	for i, f := range dirty {
+		if err := errs[i]; err != nil {
 			if os.IsNotExist(err) {
 				continue // flushed or collected meanwhile
 			}
