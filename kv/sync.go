@@ -213,7 +213,8 @@ func (l *logFiles) sync() error {
 		}
 	}
 	// At once: usually the newest write-ahead log and value log, whose
-	// fdatasyncs the filesystem's journal can then commit together.
+	// writebacks and device flushes then overlap (and a journaling
+	// filesystem may commit them together).
 	errs := make([]error, len(dirty))
 	var wg sync.WaitGroup
 	for i, f := range dirty[min(1, len(dirty)):] {
