@@ -603,7 +603,7 @@ func (br *blockReader) fillWhole(fs []fill) error {
 		var dsts [][]byte
 		for _, x := range fs {
 			if vr != nil && br.f.s.blobs == nil && x.r.ref[0] == refHash && len(x.r.ref) == 33 {
-				rs = append(rs, kv.ValueRead{Key: contentKey(x.r.ref[1:]), Dst: x.dst[:min(x.r.limit, uint64(len(x.dst)))]})
+				rs = append(rs, kv.ValueRead{Key: contentKey(x.r.ref[1:]), Dst: x.dst[:min(x.r.limit, uint64(len(x.dst)))], Fixed: true})
 				dsts = append(dsts, x.dst)
 				continue
 			}

@@ -67,3 +67,21 @@ func OpenValueLogs(s Store) int {
 	defer vf.mu.RUnlock()
 	return len(vf.fds)
 }
+
+// CachedReads reports how many values s read from locations it had
+// cached (ValueRead.Fixed), without looking their keys up.
+func CachedReads(s Store) int64 { return s.(*badgerStore).vf.cached.Load() }
+
+// MisplaceCached moves the cached location of key by delta bytes, as a
+// stale location would be.
+func MisplaceCached(s Store, key []byte, delta int64) bool {
+	c := &s.(*badgerStore).vf.locs
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.cur[string(key)]
+	if ok {
+		e.offset += delta
+		c.cur[string(key)] = e
+	}
+	return ok
+}

@@ -44,6 +44,12 @@ type ValueRead struct {
 	Key []byte
 	Dst []byte
 	N   int
+	// Fixed says that Key's value never changes once written (content
+	// stored under its own hash) and that the caller reads it only while
+	// the transaction sees it: ReadValues may then read it from where it
+	// found it before, without looking Key up again. A read of a Fixed
+	// key that was deleted may return its old value.
+	Fixed bool
 }
 
 // vlogFiles reads values out of Badger's value-log files with pread, into
@@ -82,10 +88,13 @@ type vlogFiles struct {
 	mu  sync.RWMutex
 	fds map[uint32]*os.File
 
-	off   atomic.Bool  // a header check failed: read through Item.Value only
-	reads atomic.Int64 // values read here (tests)
-	runs  atomic.Int64 // of them, in runs of several (tests)
-	log   *slog.Logger
+	locs locCache // where values of Fixed keys lie
+
+	off    atomic.Bool  // a header check failed: read through Item.Value only
+	reads  atomic.Int64 // values read here (tests)
+	runs   atomic.Int64 // of them, in runs of several (tests)
+	cached atomic.Int64 // of them, found in locs (tests)
+	log    *slog.Logger
 }
 
 // maxVlogFiles bounds the descriptors vlogFiles keeps open (Badger keeps
@@ -121,6 +130,7 @@ type vlogEntry struct {
 	vlen      int
 	klen      int // the key with its version
 	expiresAt uint64
+	cached    bool // found in vlogFiles.locs, not looked up
 }
 
 // end is the offset of the entry after e.
@@ -288,7 +298,16 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 		return t.readValues(rs)
 	}
 	es := make([]vlogEntry, len(rs))
+	cached := 0
 	for i := range rs {
+		if rs[i].Fixed {
+			if e, ok := t.vf.locs.get(rs[i].Key); ok && len(rs[i].Dst) >= e.vlen {
+				e.cached = true
+				es[i] = e
+				cached++
+				continue
+			}
+		}
 		it, err := t.t.Get(rs[i].Key)
 		if err != nil {
 			return mapErr(err)
@@ -296,9 +315,12 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 		e, ok := locate(it)
 		if !ok || len(rs[i].Dst) < e.vlen {
 			e = vlogEntry{} // alone, below
+		} else if rs[i].Fixed {
+			t.vf.locs.put(rs[i].Key, e)
 		}
 		es[i] = e
 	}
+	t.vf.cached.Add(int64(cached))
 	// Entries in log order: a transaction writes its values to the log
 	// one after another, but not in the order of its writes.
 	order := make([]int, 0, len(rs))
@@ -324,6 +346,9 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 		}
 		if !ok {
 			for _, k := range order[i:j] {
+				if rs[k].Fixed {
+					t.vf.locs.forget(rs[k].Key)
+				}
 				if err := t.readValues(rs[k : k+1]); err != nil {
 					return err
 				}
@@ -398,6 +423,9 @@ func (vf *vlogFiles) readRun(es []vlogEntry, rs []ValueRead, run []int) (ok bool
 	for _, k := range run {
 		e := es[k]
 		if !checkHeader(sb[at:at+e.hdr], e, rs[k].Key) {
+			if e.cached {
+				return false, nil // a wrong location: look the keys up
+			}
 			vf.off.Store(true)
 			return false, fmt.Errorf("%w: log %d offset %d", errVlogMismatch, e.fid, e.offset)
 		}

@@ -181,6 +181,81 @@ func TestReadValues(t *testing.T) {
 	}
 }
 
+// TestReadValuesFixed: values of Fixed keys are read the second time from
+// the locations found the first time, without a lookup; a location that
+// turns out wrong (its header and key do not match) is dropped and the key
+// looked up, and the reader stays on; a Fixed key that is missing is
+// ErrNotFound.
+func TestReadValuesFixed(t *testing.T) {
+	ctx := context.Background()
+	s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1, TrimAbove: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var keys, vals [][]byte
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		for i := range 8 {
+			k, v := []byte(fmt.Sprintf("c%031d", i)), bytes.Repeat([]byte{byte(i + 1)}, 32<<10)
+			keys, vals = append(keys, k), append(vals, v)
+			if err := tx.Set(k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(what string) {
+		t.Helper()
+		err := s.View(ctx, func(tx kv.Txn) error {
+			rs := make([]kv.ValueRead, len(keys))
+			for i := range keys {
+				rs[i] = kv.ValueRead{Key: keys[i], Dst: make([]byte, 40<<10), Fixed: true}
+			}
+			if err := tx.(kv.ValueReader).ReadValues(rs); err != nil {
+				return err
+			}
+			for i, r := range rs {
+				if r.N != len(vals[i]) || !bytes.Equal(r.Dst[:r.N], vals[i]) {
+					return fmt.Errorf("value %d: %d bytes, wrong", i, r.N)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	read("first read")
+	if n := kv.CachedReads(s); n != 0 {
+		t.Fatalf("first read: %d values from cached locations, want 0", n)
+	}
+	read("second read")
+	if n := kv.CachedReads(s); n != int64(len(keys)) {
+		t.Fatalf("second read: %d values from cached locations, want %d", n, len(keys))
+	}
+	if !kv.MisplaceCached(s, keys[3], 7) {
+		t.Fatal("key 3's location is not cached")
+	}
+	read("read with a wrong location")
+	if _, off := kv.ValueReads(s); off {
+		t.Fatal("a wrong cached location turned the pread reader off")
+	}
+	read("read after the wrong location was dropped")
+	if _, off := kv.ValueReads(s); off {
+		t.Fatal("the pread reader turned itself off")
+	}
+	err = s.View(ctx, func(tx kv.Txn) error {
+		rs := []kv.ValueRead{{Key: keys[0], Dst: make([]byte, 40<<10), Fixed: true}, {Key: []byte("missing"), Dst: make([]byte, 10), Fixed: true}}
+		return tx.(kv.ValueReader).ReadValues(rs)
+	})
+	if !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("a missing Fixed key: %v, want ErrNotFound", err)
+	}
+}
+
 // TestReadValueMapped: while the value logs' mappings are not trimmed
 // (the process's file-backed memory under TrimAbove), single values are
 // copied out of the mappings, whose pages stay mapped, not read with
