@@ -1,6 +1,7 @@
 // Package nfsclient is a small handle-based NFSv3 client for benchmarks. It
-// speaks RPC through github.com/willscott/go-nfs-client's transport and XDR
-// codec, but exposes the raw procedures (with the stable_how of WRITE under
+// speaks RPC over a transport of its own (rpc.go: a READ's data goes
+// straight from the socket into the caller's buffer) with the XDR codec of
+// github.com/willscott/go-nfs-client, and exposes the raw procedures (with the stable_how of WRITE under
 // the caller's control) so that a workload can keep several requests in
 // flight and knows exactly which RPCs it sends.
 //
@@ -9,13 +10,12 @@
 package nfsclient
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
-	"syscall"
-	"time"
 
 	gnfs "github.com/willscott/go-nfs-client/nfs"
 	"github.com/willscott/go-nfs-client/nfs/rpc"
@@ -46,12 +46,6 @@ const (
 	procCommit      = 21
 )
 
-func init() {
-	// The transport retransmits a call after this long without a reply; a
-	// slow server under a benchmark must not see duplicated writes.
-	rpc.DefaultReadTimeout = 5 * time.Minute
-}
-
 // Target says where an export lives.
 type Target struct {
 	Host      string // "127.0.0.1"
@@ -62,7 +56,7 @@ type Target struct {
 
 // Conn is one TCP connection to the NFS program, plus the export's root handle.
 type Conn struct {
-	c    *rpc.Client
+	c    *transport
 	auth rpc.Auth
 	Root []byte
 	// Limits from FSINFO.
@@ -88,7 +82,7 @@ func IsStatus(err error, status uint32) bool {
 // Dial mounts t.Export and opens an NFS connection as root (AUTH_UNIX 0/0).
 func Dial(t Target) (*Conn, error) {
 	auth := rpc.NewAuthUnix("nfsbench", 0, 0).Auth()
-	mc, err := dialTCP(net.JoinHostPort(t.Host, strconv.Itoa(t.MountPort)))
+	mc, err := dialTransport(net.JoinHostPort(t.Host, strconv.Itoa(t.MountPort)))
 	if err != nil {
 		return nil, fmt.Errorf("dial mount: %w", err)
 	}
@@ -97,10 +91,11 @@ func Dial(t Target) (*Conn, error) {
 		rpc.Header
 		Dirpath string
 	}
-	r, err := mc.Call(&mntArgs{Header: header(gnfs.MountProg, gnfs.MountVers, gnfs.MountProc3MNT, auth), Dirpath: t.Export})
+	body, _, err := mc.call(&mntArgs{Header: header(gnfs.MountProg, gnfs.MountVers, gnfs.MountProc3MNT, auth), Dirpath: t.Export}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", t.Export, err)
 	}
+	r := bytes.NewReader(body)
 	st, err := xdr.ReadUint32(r)
 	if err != nil {
 		return nil, err
@@ -115,20 +110,9 @@ func Dial(t Target) (*Conn, error) {
 	return DialHandle(t, root)
 }
 
-// dialTCP connects; the transport binds a random local port, which can
-// collide with a socket in TIME_WAIT, so it retries on EADDRINUSE.
-func dialTCP(addr string) (*rpc.Client, error) {
-	for i := 0; ; i++ {
-		c, err := rpc.DialTCP("tcp", addr, false)
-		if err == nil || i >= 20 || !errors.Is(err, syscall.EADDRINUSE) {
-			return c, err
-		}
-	}
-}
-
 // DialHandle opens another NFS connection for an already mounted root handle.
 func DialHandle(t Target, root []byte) (*Conn, error) {
-	c, err := dialTCP(net.JoinHostPort(t.Host, strconv.Itoa(t.NFSPort)))
+	c, err := dialTransport(net.JoinHostPort(t.Host, strconv.Itoa(t.NFSPort)))
 	if err != nil {
 		return nil, fmt.Errorf("dial nfs: %w", err)
 	}
@@ -156,10 +140,19 @@ var procNames = map[uint32]string{procGetAttr: "GETATTR", procLookup: "LOOKUP", 
 // call sends args (whose Header names the procedure) and returns the reply
 // positioned after a zero nfsstat3.
 func (c *Conn) call(proc uint32, args any) (io.ReadSeeker, error) {
-	r, err := c.c.Call(args)
+	return c.callRead(proc, args, nil, nil)
+}
+
+// callRead is call for a READ, whose data goes into dst (n: how much).
+func (c *Conn) callRead(proc uint32, args any, dst []byte, n *int) (io.ReadSeeker, error) {
+	body, got, err := c.c.call(args, dst)
 	if err != nil {
 		return nil, fmt.Errorf("nfs %s: %w", procNames[proc], err)
 	}
+	if n != nil {
+		*n = got
+	}
+	r := bytes.NewReader(body)
 	st, err := xdr.ReadUint32(r)
 	if err != nil {
 		return nil, err
@@ -331,7 +324,7 @@ func (c *Conn) Read(fh []byte, off uint64, p []byte) (n int, eof bool, err error
 		Offset uint64
 		Count  uint32
 	}
-	r, err := c.call(procRead, &args{c.hdr(procRead), fh, off, uint32(len(p))})
+	r, err := c.callRead(procRead, &args{c.hdr(procRead), fh, off, uint32(len(p))}, p, &n)
 	if err != nil {
 		return 0, false, err
 	}
@@ -343,15 +336,7 @@ func (c *Conn) Read(fh []byte, off uint64, p []byte) (n int, eof bool, err error
 	if err := xdr.Read(r, &res); err != nil {
 		return 0, false, err
 	}
-	l, err := xdr.ReadUint32(r)
-	if err != nil {
-		return 0, false, err
-	}
-	if int(l) > len(p) {
-		return 0, false, fmt.Errorf("nfs READ: %d bytes returned for %d asked", l, len(p))
-	}
-	n, err = io.ReadFull(r, p[:l])
-	return n, res.EOF, err
+	return n, res.EOF, nil
 }
 
 // ReadFull fills p from off, looping over short reads; it fails at EOF.

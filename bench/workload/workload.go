@@ -15,6 +15,21 @@ import (
 	"github.com/branchnfs/branchnfs/bench/nfsclient"
 )
 
+// ReadBuffer returns a zeroed buffer of n bytes for data read back, with
+// every page already written: a fresh allocation of that size comes from
+// new pages that fault in as the client first writes them, which would
+// put the client's page faults (dear on a virtual machine) into the timed
+// read, in some runs and not others (when Go reuses the memory of an
+// earlier run instead).
+func ReadBuffer(n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i < n; i += 4096 {
+		b[i] = 1
+	}
+	clear(b)
+	return b
+}
+
 // Data returns n deterministic pseudo-random bytes for seed.
 func Data(seed uint64, n int) []byte {
 	r := rand.New(rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), byte(seed >> 16), byte(seed >> 24), 'b', 'e', 'n', 'c', 'h'}))
@@ -103,7 +118,7 @@ func Seq(t nfsclient.Target, data []byte, o SeqOptions) (SeqResult, error) {
 		return res, fmt.Errorf("size after write is %d, want %d", a.Filesize, len(data))
 	}
 
-	back := make([]byte, len(data))
+	back := ReadBuffer(len(data))
 	if o.BeforeRead != nil {
 		o.BeforeRead()
 	}
@@ -349,7 +364,7 @@ func ReadExisting(t nfsclient.Target, name string, want []byte, o SeqOptions) (f
 	if a.Filesize != uint64(len(want)) {
 		return 0, fmt.Errorf("%s has %d bytes, want %d", name, a.Filesize, len(want))
 	}
-	back := make([]byte, len(want))
+	back := ReadBuffer(len(want))
 	start := time.Now()
 	err = parallel(conns, o.Depth, len(want), min(o.ReqSize, int(c0.RTMax)), func(c *nfsclient.Conn, off, end int) error {
 		return c.ReadFull(fh, uint64(off), back[off:end])

@@ -196,7 +196,7 @@ func profileReads(t nfsclient.Target, data []byte, runs int, cpuf *os.File) ([]f
 	if err := c0.Commit(fh); err != nil {
 		return nil, err
 	}
-	back := make([]byte, len(data))
+	back := workload.ReadBuffer(len(data))
 	var rates []float64
 	pprof.StartCPUProfile(cpuf)
 	defer pprof.StopCPUProfile()

@@ -130,7 +130,7 @@ func readPar(t nfsclient.Target, n int) {
 	if err != nil {
 		panic(err)
 	}
-	back := make([]byte, n)
+	back := workload.ReadBuffer(n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 8 {
