@@ -133,6 +133,7 @@ func testIdleGCActivity(t *testing.T, pause bool) {
 	if !pause {
 		work = 2 * time.Minute // until the GC ran
 	}
+	ran := false // seen pruned once: a later rechunk may add chunk content back for a while
 	for time.Since(start) < work {
 		m.NoteActivity()
 		time.Sleep(20 * time.Millisecond)
@@ -140,11 +141,12 @@ func testIdleGCActivity(t *testing.T, pause bool) {
 			if pause {
 				t.Fatalf("the idle GC ran %v after the commit while clients worked (GCIdle %v)", time.Since(start).Round(time.Millisecond), idle)
 			}
+			ran = true
 			break
 		}
 	}
 	if !pause {
-		if !pruned() {
+		if !ran {
 			t.Fatal("work without a pause postponed the idle GC for 2 minutes")
 		}
 		t.Logf("ran %v after the commit, with work going on", time.Since(start).Round(time.Millisecond))
