@@ -60,6 +60,10 @@ func ValueReads(s Store) (int64, bool) {
 // RunReads reports how many values s read with pread in runs of several.
 func RunReads(s Store) int64 { return s.(*badgerStore).vf.runs.Load() }
 
+// Preadvs returns how many runs of values (one preadv each) the pread
+// reader has read.
+func Preadvs(s Store) int64 { return s.(*badgerStore).vf.preadvs.Load() }
+
 // OpenValueLogs reports how many value-log descriptors s holds open.
 func OpenValueLogs(s Store) int {
 	vf := s.(*badgerStore).vf

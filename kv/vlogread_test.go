@@ -181,6 +181,58 @@ func TestReadValues(t *testing.T) {
 	}
 }
 
+// TestReadValuesInHalves: a large batch of values written in one
+// transaction (together in the value log, in no particular order among
+// themselves) is read in the log's order, on two goroutines: two preadvs,
+// however the caller orders the batch.
+func TestReadValuesInHalves(t *testing.T) {
+	ctx := context.Background()
+	s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1, TrimAbove: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rng := rand.New(rand.NewPCG(5, 6))
+	var keys, vals [][]byte
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		for i := range 32 {
+			k, v := []byte(fmt.Sprintf("c%031d", i)), make([]byte, 32<<10)
+			for j := range v {
+				v[j] = byte(rng.Uint32())
+			}
+			keys, vals = append(keys, k), append(vals, v)
+			if err := tx.Set(k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fixed := range []bool{false, true, true} { // the last from remembered places
+		before := kv.Preadvs(s)
+		rs := make([]kv.ValueRead, len(keys))
+		err := s.View(ctx, func(tx kv.Txn) error {
+			for i := range keys {
+				rs[i] = kv.ValueRead{Key: keys[i], Dst: make([]byte, 32<<10), Fixed: fixed}
+			}
+			return tx.(kv.ValueReader).ReadValues(rs)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range rs {
+			if r.N != len(vals[i]) || !bytes.Equal(r.Dst, vals[i]) {
+				t.Fatalf("fixed %v: value %d read wrong (%d bytes)", fixed, i, r.N)
+			}
+		}
+		if n := kv.Preadvs(s) - before; n != 2 {
+			t.Errorf("fixed %v: %d preadvs for 32 values written together, want 2 (one per half)", fixed, n)
+		}
+	}
+}
+
 // TestReadValuesFixed: values of Fixed keys are read the second time from
 // the locations found the first time, without a lookup; a location that
 // turns out wrong (its header and key do not match) is dropped and the key
