@@ -144,6 +144,8 @@ type badgerStore struct {
 	closed  bool
 
 	gcMu sync.Mutex // one ReclaimSpace at a time
+
+	snaps readSnaps // the read-only transaction Views share
 }
 
 func (s *badgerStore) isClosed() bool {
@@ -301,7 +303,12 @@ func (s *badgerStore) View(ctx context.Context, fn func(Txn) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return mapErr(s.db.View(func(t *badger.Txn) error { return fn(&badgerTxn{t: t, rsd: s.rsd, vf: s.vf}) }))
+	if s.db.IsClosed() {
+		return mapErr(badger.ErrDBClosed)
+	}
+	rs := s.snaps.acquire(s.db)
+	defer s.snaps.release(rs)
+	return mapErr(fn(&badgerTxn{t: rs.t, rsd: s.rsd, vf: s.vf}))
 }
 
 // hasStore reports whether dir already holds a Badger store.
@@ -365,6 +372,7 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 		})
 		if tx != nil && tx.writes > 0 {
 			s.writes.Add(1)
+			s.snaps.changed()
 		}
 		if admitted > 0 {
 			s.res.release(admitted)
@@ -543,6 +551,7 @@ func (s *badgerStore) Close() error {
 	}
 	s.closed = true
 	s.closeMu.Unlock()
+	s.snaps.close()
 	s.cancel()
 	s.wg.Wait()
 	err := mapErr(s.db.Close())
