@@ -18,7 +18,6 @@ import (
 
 	"github.com/branchnfs/branchnfs/internal/par"
 	badger "github.com/dgraph-io/badger/v4"
-	"golang.org/x/sys/unix"
 )
 
 // ValueReader is a Txn that copies part of a value straight into a
@@ -553,7 +552,7 @@ func readv(f *os.File, iov [][]byte, off int64) error {
 	for _, b := range iov {
 		want += len(b)
 	}
-	n, err := unix.Preadv(int(f.Fd()), iov, off)
+	n, err := preadv(int(f.Fd()), iov, off)
 	if err != nil {
 		return err
 	}
