@@ -6,7 +6,9 @@
 // server's CPU time around the reads (1 GiB per sample, so that the 10 ms
 // ticks of /proc/PID/stat weigh 10 ms per GiB), then reads it once more
 // with one READ at a time. It prints the median and every round's figure
-// per binary. Run it under the benchmark lock:
+// per binary. A BIN of the form ext=PID,NFSPORT,MOUNTPORT,EXPORT is a
+// server already running (ganesha, say), measured the same way. Run it
+// under the benchmark lock:
 //
 //	flock /tmp/bench.lock go run ./bench/cmd/seqab -rounds 6 OLD NEW
 package main
@@ -50,6 +52,24 @@ func main() {
 	tmp, _ := os.MkdirTemp("", "seqab")
 	defer os.RemoveAll(tmp)
 	for i, b := range bins {
+		if spec, ok := strings.CutPrefix(b, "ext="); ok {
+			// An already-running server (ganesha, say):
+			// ext=PID,NFSPORT,MOUNTPORT,EXPORT.
+			f := strings.Split(spec, ",")
+			if len(f) != 4 {
+				fmt.Fprintln(os.Stderr, "seqab: ext=PID,NFSPORT,MOUNTPORT,EXPORT")
+				os.Exit(2)
+			}
+			pid, _ := strconv.Atoi(f[0])
+			np, _ := strconv.Atoi(f[1])
+			mp, _ := strconv.Atoi(f[2])
+			proc, err := os.FindProcess(pid)
+			if err != nil {
+				panic(err)
+			}
+			ss = append(ss, &srv{bin: b, cmd: &exec.Cmd{Process: proc}, t: nfsclient.Target{Host: "127.0.0.1", NFSPort: np, MountPort: mp, Export: f[3]}})
+			continue
+		}
 		store := filepath.Join(tmp, fmt.Sprint(i))
 		if out, err := exec.Command(b, "init", "--store", store).CombinedOutput(); err != nil {
 			fmt.Fprintln(os.Stderr, string(out), err)
