@@ -18,6 +18,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/internal/par"
 	badger "github.com/dgraph-io/badger/v4"
+	"golang.org/x/sys/unix"
 )
 
 // ValueReader is a Txn that copies part of a value straight into a
@@ -552,7 +553,7 @@ func readv(f *os.File, iov [][]byte, off int64) error {
 	for _, b := range iov {
 		want += len(b)
 	}
-	n, err := preadv(int(f.Fd()), iov, off)
+	n, err := unix.Preadv(int(f.Fd()), iov, off)
 	if err != nil {
 		return err
 	}
