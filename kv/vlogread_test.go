@@ -181,6 +181,26 @@ func TestReadValues(t *testing.T) {
 	}
 }
 
+// setValues sets n keys in one transaction, the i-th to val(i), and
+// returns the keys and values.
+func setValues(t *testing.T, s kv.Store, n int, val func(int) []byte) (keys, vals [][]byte) {
+	t.Helper()
+	err := s.Update(context.Background(), func(tx kv.Txn) error {
+		for i := range n {
+			k, v := []byte(fmt.Sprintf("c%031d", i)), val(i)
+			keys, vals = append(keys, k), append(vals, v)
+			if err := tx.Set(k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys, vals
+}
+
 // TestReadValuesInHalves: a large batch of values written in one
 // transaction (together in the value log, in no particular order among
 // themselves) is read in the log's order, on two goroutines: two preadvs,
@@ -193,23 +213,13 @@ func TestReadValuesInHalves(t *testing.T) {
 	}
 	defer s.Close()
 	rng := rand.New(rand.NewPCG(5, 6))
-	var keys, vals [][]byte
-	err = s.Update(ctx, func(tx kv.Txn) error {
-		for i := range 32 {
-			k, v := []byte(fmt.Sprintf("c%031d", i)), make([]byte, 32<<10)
-			for j := range v {
-				v[j] = byte(rng.Uint32())
-			}
-			keys, vals = append(keys, k), append(vals, v)
-			if err := tx.Set(k, v); err != nil {
-				return err
-			}
+	keys, vals := setValues(t, s, 32, func(int) []byte {
+		v := make([]byte, 32<<10)
+		for j := range v {
+			v[j] = byte(rng.Uint32())
 		}
-		return nil
+		return v
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, fixed := range []bool{false, true, true} { // the last from remembered places
 		before := kv.Preadvs(s)
 		rs := make([]kv.ValueRead, len(keys))
@@ -245,20 +255,7 @@ func TestReadValuesFixed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var keys, vals [][]byte
-	err = s.Update(ctx, func(tx kv.Txn) error {
-		for i := range 8 {
-			k, v := []byte(fmt.Sprintf("c%031d", i)), bytes.Repeat([]byte{byte(i + 1)}, 32<<10)
-			keys, vals = append(keys, k), append(vals, v)
-			if err := tx.Set(k, v); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys, vals := setValues(t, s, 8, func(i int) []byte { return bytes.Repeat([]byte{byte(i + 1)}, 32<<10) })
 	read := func(what string) {
 		t.Helper()
 		err := s.View(ctx, func(tx kv.Txn) error {
