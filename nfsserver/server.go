@@ -500,7 +500,7 @@ const inlineReadMax = 64 << 10
 // readCount returns the count of the NFS READ call rec; ok false if rec
 // is too short to hold one.
 func readCount(rec []byte) (count uint32, ok bool) {
-	at := 24      // xid, type, RPC version, program, version, procedure
+	at := 24 // xid, type, RPC version, program, version, procedure
 	for range 2 { // the credential and the verifier: flavor, length, body
 		if len(rec) < at+8 {
 			return 0, false
