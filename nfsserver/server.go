@@ -485,44 +485,8 @@ func inlineCall(rec []byte) bool {
 	switch binary.BigEndian.Uint32(rec[20:]) {
 	case 0, 1, 3, 4, 5, 16, 17, 18, 19, 20: // NULL, GETATTR, LOOKUP, ACCESS, READLINK, READDIR(PLUS), FSSTAT, FSINFO, PATHCONF
 		return true
-	case 6: // READ, of a few blocks: a small file's, read with its attributes
-		count, ok := readCount(rec)
-		return ok && count <= inlineReadMax
 	}
 	return false
-}
-
-// inlineReadMax is the largest READ serve runs on the connection's
-// reading goroutine: a small file's whole content, a copy of some
-// microseconds.
-const inlineReadMax = 64 << 10
-
-// readCount returns the count of the NFS READ call rec; ok false if rec
-// is too short to hold one.
-func readCount(rec []byte) (count uint32, ok bool) {
-	at := 24 // xid, type, RPC version, program, version, procedure
-	for range 2 { // the credential and the verifier: flavor, length, body
-		if len(rec) < at+8 {
-			return 0, false
-		}
-		n := binary.BigEndian.Uint32(rec[at+4:])
-		if n > maxAuthBody {
-			return 0, false
-		}
-		at += 8 + int(n+3)&^3
-	}
-	if len(rec) < at+4 {
-		return 0, false
-	}
-	fh := binary.BigEndian.Uint32(rec[at:])
-	if fh > fhSize {
-		return 0, false
-	}
-	at += 4 + int(fh+3)&^3 + 8 // the handle, then the offset
-	if len(rec) < at+4 {
-		return 0, false
-	}
-	return binary.BigEndian.Uint32(rec[at:]), true
 }
 
 func (c *conn) isStopping() bool {
