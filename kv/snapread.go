@@ -23,9 +23,12 @@ import (
 // transaction of its own; a View that overlaps a write may or may not
 // see it, as before.
 //
-// A shared transaction is discarded once it is no longer current and its
-// last View has ended, so it keeps old versions from compaction no longer
-// than a View of its own would have, plus the Views that shared it.
+// A write that ends also retires the current transaction, and a
+// transaction is discarded once it is no longer current and its last View
+// has ended. So an idle store holds no transaction older than its last
+// write: it keeps old versions from compaction (and the value-log GC that
+// follows it) no longer than a View of its own would have, plus the Views
+// that shared it.
 type readSnaps struct {
 	gen atomic.Uint64 // bumped after every write; read before a transaction opens
 
@@ -63,7 +66,10 @@ func (r *readSnaps) acquire(db *badger.DB) *readSnap {
 	s := &readSnap{t: db.NewTransaction(false), gen: gen, refs: 1, uses: 1}
 	var old *readSnap
 	r.mu.Lock()
-	if !r.closed && (r.cur == nil || r.cur.gen <= gen) {
+	// Only while gen has not moved: changed bumps gen before it takes mu
+	// to retire cur, so a transaction that may predate a write that has
+	// returned never becomes current after that write retired the last.
+	if !r.closed && r.gen.Load() == gen && (r.cur == nil || r.cur.gen < gen) {
 		old = r.cur
 		r.cur = s
 		s.refs++
@@ -87,8 +93,18 @@ func (r *readSnaps) release(s *readSnap) {
 	}
 }
 
-// changed marks a write as ended: later Views open a new transaction.
-func (r *readSnaps) changed() { r.gen.Add(1) }
+// changed marks a write as ended: later Views open a new transaction, and
+// the current one is let go once its Views end.
+func (r *readSnaps) changed() {
+	r.gen.Add(1)
+	r.mu.Lock()
+	old := r.cur
+	r.cur = nil
+	r.mu.Unlock()
+	if old != nil {
+		r.release(old)
+	}
+}
 
 // close stops the sharing (the store is closing) and lets the current
 // transaction go once its Views end.

@@ -11,6 +11,7 @@ import (
 // one Badger transaction; a View that starts after a write returned sees
 // it (a new transaction), while a View still running on the old one keeps
 // its snapshot; the old transaction is discarded once its last View ends;
+// a write retires the current transaction even when no View follows;
 // after Close a View fails with ErrClosed.
 func TestViewsShareSnapshot(t *testing.T) {
 	ctx := context.Background()
@@ -90,6 +91,23 @@ func TestViewsShareSnapshot(t *testing.T) {
 	s.snaps.mu.Unlock()
 	if refs != 0 {
 		t.Errorf("the replaced transaction has %d references after its last View, want 0 (discarded)", refs)
+	}
+
+	// A write retires the current transaction at once: an idle store
+	// holds no snapshot older than its last write, which would keep
+	// compaction and value-log GC from dropping what the write replaced.
+	s.snaps.mu.Lock()
+	second := s.snaps.cur
+	s.snaps.mu.Unlock()
+	if second == nil {
+		t.Fatal("no current transaction after a View")
+	}
+	set("3")
+	s.snaps.mu.Lock()
+	cur, refs := s.snaps.cur, second.refs
+	s.snaps.mu.Unlock()
+	if cur != nil || refs != 0 {
+		t.Errorf("after a write with no View running: current %p, old transaction %d references; want none and 0", cur, refs)
 	}
 
 	if err := st.Close(); err != nil {
