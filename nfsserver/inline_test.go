@@ -3,7 +3,8 @@ package nfsserver
 import "testing"
 
 // TestInlineCall: the calls a connection's reading goroutine may run
-// itself are NFS calls that read metadata; READ, WRITE, COMMIT, changes
+// itself are NFS calls that read metadata, and READs of at most 64 KiB;
+// larger READs and ones too short to hold a count, WRITE, COMMIT, changes
 // (which may delete a large file's blocks before they answer), MOUNT
 // calls, replies and records too short to name a procedure go to a
 // goroutine of their own.
@@ -20,7 +21,12 @@ func TestInlineCall(t *testing.T) {
 		{"REMOVE", callMsg(1, 2, progNFS, 3, 12, authNone, nil), false},
 		{"CREATE", callMsg(1, 2, progNFS, 3, 8, authNone, nil), false},
 		{"READDIRPLUS", callMsg(1, 2, progNFS, 3, 17, authNone, nil), true},
-		{"READ", callMsg(1, 2, progNFS, 3, 6, authNone, nil), false},
+		{"READ without arguments", callMsg(1, 2, progNFS, 3, 6, authNone, nil), false},
+		{"READ of 64 KiB", callMsg(1, 2, progNFS, 3, 6, authSys(5, 5, 1, 2, 3), args(make([]byte, 37), uint64(1<<40), 64<<10)), true},
+		{"READ of 4 KiB, no credential", callMsg(1, 2, progNFS, 3, 6, authNone, args(make([]byte, 64), uint64(0), 4096)), true},
+		{"READ of 1 MiB", callMsg(1, 2, progNFS, 3, 6, authSys(5, 5), args(make([]byte, 36), uint64(0), 1<<20)), false},
+		{"READ cut short", callMsg(1, 2, progNFS, 3, 6, authSys(5, 5), args(make([]byte, 36), uint64(0), 4096))[:100], false},
+		{"READ with a handle too long", callMsg(1, 2, progNFS, 3, 6, authNone, args(make([]byte, 65), uint64(0), 4096)), false},
 		{"WRITE", callMsg(1, 2, progNFS, 3, 7, authNone, nil), false},
 		{"COMMIT", callMsg(1, 2, progNFS, 3, 21, authNone, nil), false},
 		{"MNT", callMsg(1, 2, progMount, 3, 1, authNone, nil), false},

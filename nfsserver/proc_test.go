@@ -8,6 +8,7 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -426,6 +427,13 @@ func TestSlowReadDoesNotBlockGetattr(t *testing.T) {
 			}
 		}
 	})
+	t.Cleanup(func() { // before the server closes: a failed test's READ ends
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
 	c := dialRaw(t, addr)
 	root := c.mnt("/main")
 	k := c.as(authRoot)
@@ -433,12 +441,100 @@ func TestSlowReadDoesNotBlockGetattr(t *testing.T) {
 	xid := c.nextXID()
 	readCh := c.expect(xid)
 	c.writeRecord(callMsg(xid, 2, progNFS, 3, 6, authRoot, args(fh, uint64(0), uint32(100))))
-	if _, st := k.getattr(fh); st != 0 { // answered while READ waits
-		t.Fatal(st)
-	}
+	within(t, "a GETATTR while a READ waits", func() {
+		if _, st := k.getattr(fh); st != 0 {
+			t.Error(st)
+		}
+	})
 	close(release)
 	if r := parseReply(t, c.wait(readCh)); r.stat != acceptSuccess || r.body.u32() != 0 {
 		t.Fatal("READ failed")
+	}
+}
+
+// TestSlowInlineCallHandsOff: a call run on the connection's reading
+// goroutine (a GETATTR with nothing else in flight) that waits hands the
+// reading to another goroutine, so a later call is answered meanwhile;
+// the goroutine that took over hands off again when its own inline call
+// waits; each waiting call still gets its reply, and the server closes
+// cleanly afterwards.
+func TestSlowInlineCallHandsOff(t *testing.T) {
+	m := newManager(t, "")
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var getattrs atomic.Int32
+	armed := make(chan struct{})
+	s, addr := startServer(t, m, func(s *Server) {
+		s.testHook = func(prog, proc uint32) {
+			if prog != progNFS || proc != 1 {
+				return
+			}
+			select {
+			case <-armed:
+			default:
+				return
+			}
+			if n := int(getattrs.Add(1)) - 1; n < len(gates) {
+				<-gates[n]
+			}
+		}
+	})
+	t.Cleanup(func() { // before the server closes: a failed test's waits end
+		for _, g := range gates {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+		}
+	})
+	c := dialRaw(t, addr)
+	root := c.mnt("/main")
+	k := c.as(authRoot)
+	k.create(root, "f", 1, sa{})
+	close(armed)
+	for i, gate := range gates {
+		// Nothing in flight (the last reply's call has let its slot go),
+		// so the GETATTR runs on the reading goroutine.
+		for s.Metrics().InFlight != 0 {
+			time.Sleep(time.Millisecond)
+		}
+		xid := c.nextXID()
+		ch := c.expect(xid)
+		c.writeRecord(callMsg(xid, 2, progNFS, 3, 1, authRoot, args(root)))
+		for getattrs.Load() != int32(i+1) {
+			time.Sleep(time.Millisecond)
+		}
+		within(t, "a LOOKUP while a GETATTR waits", func() {
+			if _, _, st := k.lookup(root, "f"); st != 0 {
+				t.Errorf("round %d: LOOKUP while a GETATTR waits: status %d", i, st)
+			}
+		})
+		if got := s.Metrics().HandOffs; got != uint64(i+1) {
+			t.Errorf("round %d: HandOffs %d, want %d", i, got, i+1)
+		}
+		close(gate)
+		if r := parseReply(t, c.wait(ch)); r.stat != acceptSuccess || r.body.u32() != 0 {
+			t.Fatalf("round %d: the GETATTR that waited failed", i)
+		}
+	}
+	if _, st := k.getattr(root); st != 0 {
+		t.Fatalf("GETATTR after the hand-offs: status %d", st)
+	}
+}
+
+// within runs fn, a call that must be answered while another waits, and
+// fails the test if it takes more than 30 s (it would wait for ever).
+func within(t *testing.T, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no answer in 30 s", what)
 	}
 }
 

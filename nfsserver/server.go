@@ -298,6 +298,9 @@ type conn struct {
 	remote string
 	sem    chan struct{}
 	wg     sync.WaitGroup // requests in flight
+	// readers counts the goroutines that took over reading from one whose
+	// call ran long (handOff); serve waits for them before wg.
+	readers sync.WaitGroup
 
 	broken atomic.Bool // a write failed; the connection is closed
 
@@ -412,7 +415,17 @@ func (c *conn) serve() {
 	s := c.s
 	s.metrics.openConns.Add(1)
 	defer s.metrics.openConns.Add(-1)
-	br := bufio.NewReaderSize(c.nc, 64<<10)
+	c.readCalls(bufio.NewReaderSize(c.nc, 64<<10))
+	c.readers.Wait()
+	c.wg.Wait()
+	c.nc.Close()
+}
+
+// readCalls reads the connection's calls and starts each, until the
+// connection ends or a call run here hands the reading to another
+// goroutine (see runInline). One goroutine at a time reads br.
+func (c *conn) readCalls(br *bufio.Reader) {
+	s := c.s
 	for c.waitQueue() {
 		// A connection may sit idle for IdleTimeout between requests;
 		// once a request's first byte is in, all of it must arrive
@@ -448,10 +461,9 @@ func (c *conn) serve() {
 			// one call at a time (the Linux client walking a tree).
 			// A metadata read runs here, without handing it to
 			// another goroutine (and thread) and back.
-			s.metrics.inFlight.Add(1)
-			c.handle(rec, oversize)
-			putBuf(rec)
-			s.metrics.inFlight.Add(-1)
+			if c.runInline(br, rec, oversize) {
+				return
+			}
 			continue
 		}
 		c.sem <- struct{}{}
@@ -460,15 +472,72 @@ func (c *conn) serve() {
 		go func() {
 			defer func() {
 				putBuf(rec)
+				<-c.sem // before inFlight: at 0, the next call may run inline
 				s.metrics.inFlight.Add(-1)
-				<-c.sem
 				c.wg.Done()
 			}()
 			c.handle(rec, oversize)
 		}()
 	}
-	c.wg.Wait()
-	c.nc.Close()
+}
+
+// inlineGrace is how long a call run on the reading goroutine may take
+// before another goroutine takes over the reading: a call waiting on the
+// disk must not hold up the calls behind it.
+const inlineGrace = time.Millisecond
+
+// inlineRun is one call run on a reading goroutine.
+type inlineRun struct {
+	mu        sync.Mutex // a leaf
+	done      bool       // the call has returned
+	handedOff bool       // another goroutine reads the connection now
+}
+
+// runInline runs the call rec on the reading goroutine, which reads br. A
+// call that takes longer than inlineGrace hands the reading to a new
+// goroutine and becomes a call in flight like any other; runInline then
+// reports true, and the caller stops reading.
+func (c *conn) runInline(br *bufio.Reader, rec []byte, oversize bool) (handedOff bool) {
+	s := c.s
+	s.metrics.inFlight.Add(1)
+	run := new(inlineRun)
+	t := time.AfterFunc(inlineGrace, func() { c.handOff(run, br) })
+	c.handle(rec, oversize)
+	t.Stop()
+	run.mu.Lock()
+	run.done = true
+	handedOff = run.handedOff
+	run.mu.Unlock()
+	putBuf(rec)
+	if handedOff {
+		<-c.sem
+	}
+	s.metrics.inFlight.Add(-1)
+	if handedOff {
+		c.wg.Done()
+	}
+	return handedOff
+}
+
+// handOff starts a goroutine that reads br in place of the one running
+// run's call, unless the call has returned. The call then counts as in
+// flight: its slot in sem is free (a call runs inline only when no other
+// is in flight, and only the reading goroutine takes slots).
+func (c *conn) handOff(run *inlineRun, br *bufio.Reader) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if run.done {
+		return
+	}
+	run.handedOff = true
+	c.s.metrics.handOffs.Add(1)
+	c.sem <- struct{}{}
+	c.wg.Add(1)
+	c.readers.Add(1)
+	go func() {
+		defer c.readers.Done()
+		c.readCalls(br)
+	}()
 }
 
 // inlineCall reports whether rec is an NFS call that serve may run on the
@@ -485,8 +554,44 @@ func inlineCall(rec []byte) bool {
 	switch binary.BigEndian.Uint32(rec[20:]) {
 	case 0, 1, 3, 4, 5, 16, 17, 18, 19, 20: // NULL, GETATTR, LOOKUP, ACCESS, READLINK, READDIR(PLUS), FSSTAT, FSINFO, PATHCONF
 		return true
+	case 6: // READ, of a few blocks: a small file's, read with its attributes
+		count, ok := readCount(rec)
+		return ok && count <= inlineReadMax
 	}
 	return false
+}
+
+// inlineReadMax is the largest READ serve runs on the connection's
+// reading goroutine: a small file's whole content, a copy of some
+// microseconds.
+const inlineReadMax = 64 << 10
+
+// readCount returns the count of the NFS READ call rec; ok false if rec
+// is too short to hold one.
+func readCount(rec []byte) (count uint32, ok bool) {
+	at := 24      // xid, type, RPC version, program, version, procedure
+	for range 2 { // the credential and the verifier: flavor, length, body
+		if len(rec) < at+8 {
+			return 0, false
+		}
+		n := binary.BigEndian.Uint32(rec[at+4:])
+		if n > maxAuthBody {
+			return 0, false
+		}
+		at += 8 + int(n+3)&^3
+	}
+	if len(rec) < at+4 {
+		return 0, false
+	}
+	fh := binary.BigEndian.Uint32(rec[at:])
+	if fh > fhSize {
+		return 0, false
+	}
+	at += 4 + int(fh+3)&^3 + 8 // the handle, then the offset
+	if len(rec) < at+4 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(rec[at:]), true
 }
 
 func (c *conn) isStopping() bool {
@@ -821,7 +926,7 @@ func (s *Server) invoke(r *request, pi procInfo, prog uint32, d *decoder, e *enc
 type counters struct {
 	conns, refused, requests, garbage, panics atomic.Uint64
 	nfsErrors, throttled, acceptErrors        atomic.Uint64
-	slowRecords                               atomic.Uint64
+	slowRecords, handOffs                     atomic.Uint64
 	bytesRead, bytesWritten                   atomic.Uint64
 	openConns, inFlight                       atomic.Int64
 	nfs                                       [numNFSProcs]atomic.Uint64
@@ -846,6 +951,7 @@ type Metrics struct {
 	Throttled       uint64            // times a connection stopped being read until its replies drained
 	AcceptErrors    uint64            // temporary accept failures (such as EMFILE), retried
 	SlowRecords     uint64            // connections closed because a request did not arrive whole in time
+	HandOffs        uint64            // calls run on a connection's reading goroutine that took long enough for another to take over the reading
 	Requests        uint64            // RPC calls received
 	InFlight        int64             // being handled now
 	GarbageArgs     uint64            // calls answered GARBAGE_ARGS
@@ -870,6 +976,7 @@ func (s *Server) Metrics() Metrics {
 		Throttled:       m.throttled.Load(),
 		AcceptErrors:    m.acceptErrors.Load(),
 		SlowRecords:     m.slowRecords.Load(),
+		HandOffs:        m.handOffs.Load(),
 		Requests:        m.requests.Load(),
 		InFlight:        m.inFlight.Load(),
 		GarbageArgs:     m.garbage.Load(),
