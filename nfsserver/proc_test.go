@@ -456,8 +456,8 @@ func TestSlowReadDoesNotBlockGetattr(t *testing.T) {
 // goroutine (a GETATTR with nothing else in flight) that waits hands the
 // reading to another goroutine, so a later call is answered meanwhile;
 // the goroutine that took over hands off again when its own inline call
-// waits; each waiting call still gets its reply, and the server closes
-// cleanly afterwards.
+// waits; each waiting call still gets its reply; the watcher that hands
+// off stops once no call runs; and the server closes cleanly afterwards.
 func TestSlowInlineCallHandsOff(t *testing.T) {
 	m := newManager(t, "")
 	gates := []chan struct{}{make(chan struct{}), make(chan struct{})}
@@ -519,6 +519,12 @@ func TestSlowInlineCallHandsOff(t *testing.T) {
 	}
 	if _, st := k.getattr(root); st != 0 {
 		t.Fatalf("GETATTR after the hand-offs: status %d", st)
+	}
+	// With no more calls, the watcher stops.
+	for deadline := time.Now().Add(30 * time.Second); s.inline.running.Load(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher of inline calls still runs 30 s after the last call")
+		}
 	}
 }
 

@@ -137,6 +137,7 @@ type Server struct {
 	mounts  mountTable
 	root    rootState
 	metrics counters
+	inline  inlineWatch
 
 	mu     sync.Mutex // protects the following
 	conns  map[*conn]struct{}
@@ -299,8 +300,17 @@ type conn struct {
 	sem    chan struct{}
 	wg     sync.WaitGroup // requests in flight
 	// readers counts the goroutines that took over reading from one whose
-	// call ran long (handOff); serve waits for them before wg.
+	// inline call ran long (handOffLocked); serve waits for them before wg.
 	readers sync.WaitGroup
+
+	// The call running on the reading goroutine (inline.go). Lock order:
+	// imu is a leaf, never taken with Server.mu held.
+	imu      sync.Mutex
+	iRunning bool          // a call runs inline
+	iHanded  bool          // and another goroutine reads the connection now
+	iSeq     uint64        // calls run inline on this connection
+	iSeen    uint64        // iSeq at the watcher's last look
+	iReader  *bufio.Reader // the connection's reader, while iRunning
 
 	broken atomic.Bool // a write failed; the connection is closed
 
@@ -479,119 +489,6 @@ func (c *conn) readCalls(br *bufio.Reader) {
 			c.handle(rec, oversize)
 		}()
 	}
-}
-
-// inlineGrace is how long a call run on the reading goroutine may take
-// before another goroutine takes over the reading: a call waiting on the
-// disk must not hold up the calls behind it.
-const inlineGrace = time.Millisecond
-
-// inlineRun is one call run on a reading goroutine.
-type inlineRun struct {
-	mu        sync.Mutex // a leaf
-	done      bool       // the call has returned
-	handedOff bool       // another goroutine reads the connection now
-}
-
-// runInline runs the call rec on the reading goroutine, which reads br. A
-// call that takes longer than inlineGrace hands the reading to a new
-// goroutine and becomes a call in flight like any other; runInline then
-// reports true, and the caller stops reading.
-func (c *conn) runInline(br *bufio.Reader, rec []byte, oversize bool) (handedOff bool) {
-	s := c.s
-	s.metrics.inFlight.Add(1)
-	run := new(inlineRun)
-	t := time.AfterFunc(inlineGrace, func() { c.handOff(run, br) })
-	c.handle(rec, oversize)
-	t.Stop()
-	run.mu.Lock()
-	run.done = true
-	handedOff = run.handedOff
-	run.mu.Unlock()
-	putBuf(rec)
-	if handedOff {
-		<-c.sem
-	}
-	s.metrics.inFlight.Add(-1)
-	if handedOff {
-		c.wg.Done()
-	}
-	return handedOff
-}
-
-// handOff starts a goroutine that reads br in place of the one running
-// run's call, unless the call has returned. The call then counts as in
-// flight: its slot in sem is free (a call runs inline only when no other
-// is in flight, and only the reading goroutine takes slots).
-func (c *conn) handOff(run *inlineRun, br *bufio.Reader) {
-	run.mu.Lock()
-	defer run.mu.Unlock()
-	if run.done {
-		return
-	}
-	run.handedOff = true
-	c.s.metrics.handOffs.Add(1)
-	c.sem <- struct{}{}
-	c.wg.Add(1)
-	c.readers.Add(1)
-	go func() {
-		defer c.readers.Done()
-		c.readCalls(br)
-	}()
-}
-
-// inlineCall reports whether rec is an NFS call that serve may run on the
-// connection's reading goroutine when nothing else is in flight: one that
-// reads metadata only, in one store transaction of bounded size. The rest
-// go to a goroutine of their own, so that a call arriving meanwhile is
-// read and runs at once: READ (block content), WRITE and COMMIT (fsyncs),
-// and every change (a SETATTR truncating or a REMOVE of a large file
-// deletes its blocks before it answers), and MOUNT calls.
-func inlineCall(rec []byte) bool {
-	if len(rec) < 24 || binary.BigEndian.Uint32(rec[4:]) != msgCall || binary.BigEndian.Uint32(rec[12:]) != progNFS {
-		return false
-	}
-	switch binary.BigEndian.Uint32(rec[20:]) {
-	case 0, 1, 3, 4, 5, 16, 17, 18, 19, 20: // NULL, GETATTR, LOOKUP, ACCESS, READLINK, READDIR(PLUS), FSSTAT, FSINFO, PATHCONF
-		return true
-	case 6: // READ, of a few blocks: a small file's, read with its attributes
-		count, ok := readCount(rec)
-		return ok && count <= inlineReadMax
-	}
-	return false
-}
-
-// inlineReadMax is the largest READ serve runs on the connection's
-// reading goroutine: a small file's whole content, a copy of some
-// microseconds.
-const inlineReadMax = 64 << 10
-
-// readCount returns the count of the NFS READ call rec; ok false if rec
-// is too short to hold one.
-func readCount(rec []byte) (count uint32, ok bool) {
-	at := 24      // xid, type, RPC version, program, version, procedure
-	for range 2 { // the credential and the verifier: flavor, length, body
-		if len(rec) < at+8 {
-			return 0, false
-		}
-		n := binary.BigEndian.Uint32(rec[at+4:])
-		if n > maxAuthBody {
-			return 0, false
-		}
-		at += 8 + int(n+3)&^3
-	}
-	if len(rec) < at+4 {
-		return 0, false
-	}
-	fh := binary.BigEndian.Uint32(rec[at:])
-	if fh > fhSize {
-		return 0, false
-	}
-	at += 4 + int(fh+3)&^3 + 8 // the handle, then the offset
-	if len(rec) < at+4 {
-		return 0, false
-	}
-	return binary.BigEndian.Uint32(rec[at:]), true
 }
 
 func (c *conn) isStopping() bool {

@@ -1,0 +1,202 @@
+package nfsserver
+
+import (
+	"bufio"
+	"encoding/binary"
+	"sync/atomic"
+	"time"
+)
+
+// Calls run on a connection's reading goroutine.
+//
+// A client that sends one call at a time (the Linux client walking a
+// tree) pays, for each call handed to a goroutine of its own, a wake-up
+// of that goroutine and often of another thread. So a call that reads
+// metadata, or a small READ, arriving with nothing else in flight or
+// waiting runs on the goroutine that read it (inlineCall). Such a call
+// may still wait: for the disk, or for a lock. So that it does not hold
+// up the calls behind it, one watcher goroutine per server looks at the
+// calls running inline every inlineTick, and a call it sees running on
+// two looks in a row gets its connection's reading handed to a new
+// goroutine (handOffLocked); the call then counts as in flight like any
+// other. A call that returns in time costs a lock and an atomic add; the
+// watcher runs only while calls run inline, and stops after
+// inlineIdleTicks without one. A timer per call would cost less to
+// reason about but more to run: arming one wakes the thread sleeping in
+// the network poller, on this path a wake-up per call.
+
+const (
+	// inlineTick is how often the watcher looks: a call running inline is
+	// handed off after one to two ticks.
+	inlineTick = 10 * time.Millisecond
+	// inlineIdleTicks is how many ticks without a call run inline the
+	// watcher waits before it stops.
+	inlineIdleTicks = 100
+)
+
+// inlineWatch is the server's state of the watcher.
+type inlineWatch struct {
+	running atomic.Bool   // a watcher goroutine runs, or is about to
+	calls   atomic.Uint64 // calls started inline, ever
+}
+
+// runInline runs the call rec on the reading goroutine, which reads br.
+// If the watcher hands the reading to another goroutine meanwhile,
+// runInline reports true and the caller stops reading.
+func (c *conn) runInline(br *bufio.Reader, rec []byte, oversize bool) (handedOff bool) {
+	s := c.s
+	s.metrics.inFlight.Add(1)
+	c.imu.Lock()
+	c.iRunning, c.iHanded, c.iReader = true, false, br
+	c.iSeq++
+	c.imu.Unlock()
+	s.inline.calls.Add(1)
+	if !s.inline.running.Load() && s.inline.running.CompareAndSwap(false, true) {
+		go s.watchInline()
+	}
+	c.handle(rec, oversize)
+	c.imu.Lock()
+	c.iRunning = false
+	handedOff = c.iHanded
+	c.iReader = nil
+	c.imu.Unlock()
+	putBuf(rec)
+	if handedOff {
+		<-c.sem // before inFlight: at 0, the next call may run inline
+	}
+	s.metrics.inFlight.Add(-1)
+	if handedOff {
+		c.wg.Done()
+	}
+	return handedOff
+}
+
+// checkInline hands c's reading off if the call running inline is the one
+// the watcher saw there at its last look.
+func (c *conn) checkInline() (running bool) {
+	c.imu.Lock()
+	defer c.imu.Unlock()
+	if !c.iRunning || c.iHanded {
+		return false
+	}
+	if c.iSeen == c.iSeq {
+		c.handOffLocked()
+		return false
+	}
+	c.iSeen = c.iSeq
+	return true
+}
+
+// handOffLocked starts a goroutine that reads the connection in place of
+// the one running its inline call, which then counts as in flight. Its
+// slot in sem is free: a call runs inline only when no other is in
+// flight, and only the reading goroutine takes slots. c.imu is held.
+func (c *conn) handOffLocked() {
+	c.iHanded = true
+	c.s.metrics.handOffs.Add(1)
+	c.sem <- struct{}{}
+	c.wg.Add(1)
+	c.readers.Add(1)
+	br := c.iReader
+	go func() {
+		defer c.readers.Done()
+		c.readCalls(br)
+	}()
+}
+
+// watchInline is the watcher: see the top of this file.
+func (s *Server) watchInline() {
+	t := time.NewTicker(inlineTick)
+	defer t.Stop()
+	var conns []*conn
+	last, idle := s.inline.calls.Load(), 0
+	for {
+		select {
+		case <-t.C:
+		case <-s.closeCh:
+			s.inline.running.Store(false)
+			return
+		}
+		s.mu.Lock()
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		pending := false
+		for _, c := range conns {
+			if c.checkInline() {
+				pending = true
+			}
+		}
+		clear(conns)
+		conns = conns[:0]
+		if n := s.inline.calls.Load(); n != last || pending {
+			last, idle = n, 0
+			continue
+		}
+		if idle++; idle < inlineIdleTicks {
+			continue
+		}
+		// Stop, unless a call started since the last look: runInline
+		// adds to calls before it looks at running.
+		s.inline.running.Store(false)
+		if s.inline.calls.Load() == last || !s.inline.running.CompareAndSwap(false, true) {
+			return
+		}
+		idle = 0
+	}
+}
+
+// inlineCall reports whether rec is an NFS call that serve may run on the
+// connection's reading goroutine when nothing else is in flight: one that
+// reads metadata only, in one store transaction of bounded size. The rest
+// go to a goroutine of their own, so that a call arriving meanwhile is
+// read and runs at once: READ (block content), WRITE and COMMIT (fsyncs),
+// and every change (a SETATTR truncating or a REMOVE of a large file
+// deletes its blocks before it answers), and MOUNT calls.
+func inlineCall(rec []byte) bool {
+	if len(rec) < 24 || binary.BigEndian.Uint32(rec[4:]) != msgCall || binary.BigEndian.Uint32(rec[12:]) != progNFS {
+		return false
+	}
+	switch binary.BigEndian.Uint32(rec[20:]) {
+	case 0, 1, 3, 4, 5, 16, 17, 18, 19, 20: // NULL, GETATTR, LOOKUP, ACCESS, READLINK, READDIR(PLUS), FSSTAT, FSINFO, PATHCONF
+		return true
+	case 6: // READ, of a few blocks: a small file's, read with its attributes
+		count, ok := readCount(rec)
+		return ok && count <= inlineReadMax
+	}
+	return false
+}
+
+// inlineReadMax is the largest READ serve runs on the connection's
+// reading goroutine: a small file's whole content, a copy of some
+// microseconds.
+const inlineReadMax = 64 << 10
+
+// readCount returns the count of the NFS READ call rec; ok false if rec
+// is too short to hold one.
+func readCount(rec []byte) (count uint32, ok bool) {
+	at := 24      // xid, type, RPC version, program, version, procedure
+	for range 2 { // the credential and the verifier: flavor, length, body
+		if len(rec) < at+8 {
+			return 0, false
+		}
+		n := binary.BigEndian.Uint32(rec[at+4:])
+		if n > maxAuthBody {
+			return 0, false
+		}
+		at += 8 + int(n+3)&^3
+	}
+	if len(rec) < at+4 {
+		return 0, false
+	}
+	fh := binary.BigEndian.Uint32(rec[at:])
+	if fh > fhSize {
+		return 0, false
+	}
+	at += 4 + int(fh+3)&^3 + 8 // the handle, then the offset
+	if len(rec) < at+4 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(rec[at:]), true
+}
