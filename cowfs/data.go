@@ -592,9 +592,8 @@ func (br *blockReader) concurrent() bool {
 
 // fillWhole fills the whole stored blocks of fs (content: stored hashes
 // and patches, which read the store and nothing of br's). Plain stored
-// blocks are read with one kv.ValueReader batch, which reads a large one
-// on two goroutines at once in the order the values lie in the store's
-// files. The rest (patches; every block where the transaction is no
+// blocks are read with one kv.ValueReader batch, in the order the values
+// lie in the store's files. The rest (patches; every block where the transaction is no
 // ValueReader) are read in two halves, the first on a goroutine of its
 // own: a READ is one request, served in order on its connection, and
 // halving the time its store reads take halves most of the server's share

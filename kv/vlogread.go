@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/branchnfs/branchnfs/internal/par"
 	badger "github.com/dgraph-io/badger/v4"
 	"golang.org/x/sys/unix"
 )
@@ -97,7 +96,6 @@ type vlogFiles struct {
 	runs    atomic.Int64 // of them, in runs of several (tests)
 	cached  atomic.Int64 // of them, found in locs (tests)
 	preadvs atomic.Int64 // runs read, one preadv each (tests)
-	batches atomic.Int32 // ReadValues calls running
 	log     *slog.Logger
 }
 
@@ -296,32 +294,14 @@ const maxRun = 256
 
 // ReadValues reads the values of rs, each run of entries that follow one
 // another in a value log with one preadv (vlogFiles.readRun), the others
-// as ReadValue does.
+// as ReadValue does. It reads them on the calling goroutine: a batch read
+// in two halves on two goroutines saved nothing on a two-core machine,
+// where the second goroutine's start (a wake-up of another thread) takes
+// about as long as the copy of a 512 KiB half, and it cost that wake-up
+// on every READ answered on a connection's reading goroutine.
 func (t *badgerTxn) ReadValues(rs []ValueRead) error {
-	if t.vf != nil {
-		t.vf.batches.Add(1)
-		defer t.vf.batches.Add(-1)
-	}
 	if !t.preads(len(rs)) {
-		if t.rw {
-			return t.readValues(rs)
-		}
-		// In halves, as below, by the caller's order.
-		total, m, sum := 0, 0, 0
-		for _, r := range rs {
-			total += len(r.Dst)
-		}
-		if total >= parallelReadBytes {
-			for m < len(rs)-1 && sum < total/2 {
-				sum += len(rs[m].Dst)
-				m++
-			}
-		}
-		if m == 0 {
-			return t.readValues(rs)
-		}
-		return par.Two(func() error { return t.readValues(rs[:m]) },
-			func() error { return t.readValues(rs[m:]) })
+		return t.readValues(rs)
 	}
 	es := make([]vlogEntry, len(rs))
 	cached := 0
@@ -360,43 +340,8 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 	slices.SortFunc(order, func(a, b int) int {
 		return cmp.Or(cmp.Compare(es[a].fid, es[b].fid), cmp.Compare(es[a].offset, es[b].offset))
 	})
-	// A large batch (a READ of many blocks) that is the only one being
-	// read is read on two goroutines at once, each half of it in log
-	// order: a READ is one request, answered in order on its connection,
-	// and halving the time its copies take halves most of the server's
-	// share of its latency, on a core that would otherwise wait. With
-	// other batches being read the cores are busy already, and the
-	// goroutine (a wake-up of another thread) would only add work. Split
-	// by log order, not by the caller's: a transaction's values lie
-	// together in the log but in no particular order among themselves,
-	// so halves of the caller's order interleave there and cut each
-	// other's runs into single values.
-	if t.rw || !t.vf.alone() {
-		return t.readOrdered(es, rs, order)
-	}
-	total := 0
-	for _, k := range order {
-		total += es[k].vlen
-	}
-	if total < parallelReadBytes {
-		return t.readOrdered(es, rs, order)
-	}
-	m, sum := 0, 0
-	for m < len(order)-1 && sum < total/2 {
-		sum += es[order[m]].vlen
-		m++
-	}
-	return par.Two(func() error { return t.readOrdered(es, rs, order[:m]) },
-		func() error { return t.readOrdered(es, rs, order[m:]) })
+	return t.readOrdered(es, rs, order)
 }
-
-// alone reports whether the calling ReadValues is the only one running.
-func (vf *vlogFiles) alone() bool { return vf.batches.Load() <= 1 }
-
-// parallelReadBytes is the least a read-only ReadValues batch must read
-// to be read on two goroutines: below it the goroutine costs more than
-// it saves.
-const parallelReadBytes = 256 << 10
 
 // readOrdered reads the values rs[k] for k in order, which is sorted by
 // place in the value logs, each run of entries that follow one another in
