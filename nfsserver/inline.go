@@ -149,29 +149,39 @@ func (s *Server) watchInline() {
 
 // inlineCall reports whether rec is an NFS call that serve may run on the
 // connection's reading goroutine when nothing else is in flight: one that
-// reads metadata only, in one store transaction of bounded size. The rest
-// go to a goroutine of their own, so that a call arriving meanwhile is
-// read and runs at once: READ (block content), WRITE and COMMIT (fsyncs),
-// and every change (a SETATTR truncating or a REMOVE of a large file
-// deletes its blocks before it answers), and MOUNT calls.
-func inlineCall(rec []byte) bool {
+// reads metadata only, in one store transaction of bounded size, or a
+// READ of at most inlineReadMax, or of any size when oneAtATime (the
+// client sends one call at a time). The rest go to a goroutine of their
+// own, so that a call arriving meanwhile is read and runs at once: WRITE
+// and COMMIT (fsyncs), every change (a SETATTR truncating or a REMOVE of a
+// large file deletes its blocks before it answers), and MOUNT calls.
+func inlineCall(rec []byte, oneAtATime bool) bool {
 	if len(rec) < 24 || binary.BigEndian.Uint32(rec[4:]) != msgCall || binary.BigEndian.Uint32(rec[12:]) != progNFS {
 		return false
 	}
 	switch binary.BigEndian.Uint32(rec[20:]) {
 	case 0, 1, 3, 4, 5, 16, 17, 18, 19, 20: // NULL, GETATTR, LOOKUP, ACCESS, READLINK, READDIR(PLUS), FSSTAT, FSINFO, PATHCONF
 		return true
-	case 6: // READ, of a few blocks: a small file's, read with its attributes
+	case 6: // READ
 		count, ok := readCount(rec)
-		return ok && count <= inlineReadMax
+		return ok && (count <= inlineReadMax || oneAtATime)
 	}
 	return false
 }
 
 // inlineReadMax is the largest READ serve runs on the connection's
-// reading goroutine: a small file's whole content, a copy of some
-// microseconds.
+// reading goroutine whatever the client: a small file's whole content, a
+// copy of some microseconds. A larger READ, up to 1 MiB, takes hundreds
+// of microseconds (and a READ from the disk milliseconds), during which
+// the calls a client sends meanwhile wait to be read: it runs inline only
+// for a client that sends one call at a time (oneAtATimeCalls), as
+// nfs-cp does, whose next call waits for the reply anyway.
 const inlineReadMax = 64 << 10
+
+// oneAtATimeCalls is how many calls in a row must arrive with nothing
+// else in flight or waiting on their connection before a large READ runs
+// inline there.
+const oneAtATimeCalls = 4
 
 // readCount returns the count of the NFS READ call rec; ok false if rec
 // is too short to hold one.

@@ -312,6 +312,11 @@ type conn struct {
 	iSeen    uint64        // iSeq at the watcher's last look
 	iReader  *bufio.Reader // the connection's reader, while iRunning
 
+	// aloneRun counts the calls in a row, up to the last read, that
+	// arrived with nothing else in flight or waiting. Used by the reading
+	// goroutine only.
+	aloneRun int
+
 	broken atomic.Bool // a write failed; the connection is closed
 
 	// Lock order: Server.mu, then wmu.
@@ -466,7 +471,13 @@ func (c *conn) readCalls(br *bufio.Reader) {
 			}
 			break
 		}
-		if len(c.sem) == 0 && br.Buffered() == 0 && inlineCall(rec) {
+		alone := len(c.sem) == 0 && br.Buffered() == 0
+		if alone {
+			c.aloneRun++
+		} else {
+			c.aloneRun = 0
+		}
+		if alone && inlineCall(rec, c.aloneRun > oneAtATimeCalls) {
 			// Nothing else in flight or waiting: a client that sends
 			// one call at a time (the Linux client walking a tree).
 			// A metadata read runs here, without handing it to
