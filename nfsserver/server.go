@@ -480,8 +480,9 @@ func (c *conn) readCalls(br *bufio.Reader) {
 		if alone && inlineCall(rec, c.aloneRun > oneAtATimeCalls) {
 			// Nothing else in flight or waiting: a client that sends
 			// one call at a time (the Linux client walking a tree).
-			// A metadata read runs here, without handing it to
-			// another goroutine (and thread) and back.
+			// A metadata read or a READ (see inlineCall) runs here,
+			// without handing it to another goroutine (and thread)
+			// and back.
 			if c.runInline(br, rec, oversize) {
 				return
 			}
