@@ -184,8 +184,8 @@ func (vf *vlogFiles) read(e vlogEntry, key []byte, off int, dst []byte) (ok bool
 	defer vf.mu.RUnlock()
 	vf.reads.Add(1)
 	if off > 0 {
-		n, err := f.ReadAt(dst, e.offset+int64(e.hdr+off))
-		return err == nil && n == len(dst), nil // short: read it through Badger, which says why
+		// A short read: read it through Badger, which says why.
+		return readv(f, [][]byte{dst}, e.offset+int64(e.hdr+off)) == nil, nil
 	}
 	var hb [64]byte
 	h := hb[:0]
@@ -491,19 +491,39 @@ func readEntry(f *os.File, off int64, h, dst []byte) error {
 	return readv(f, [][]byte{h, dst}, off)
 }
 
-// readv fills the buffers of iov from the file's bytes at off on, in one
+// readv fills the buffers of iov from the file's bytes at off on: what
+// the page cache holds without waiting (readvCached), the rest with one
 // preadv.
 func readv(f *os.File, iov [][]byte, off int64) error {
 	want := 0
 	for _, b := range iov {
 		want += len(b)
 	}
-	n, err := unix.Preadv(int(f.Fd()), iov, off)
-	if err != nil {
-		return err
+	fd := int(f.Fd())
+	got := readvCached(fd, iov, off)
+	if got < want {
+		n, err := unix.Preadv(fd, skipBytes(iov, got), off+int64(got))
+		if err != nil {
+			return err
+		}
+		got += n
 	}
-	if n < want {
+	if got < want {
 		return io.ErrUnexpectedEOF
 	}
 	return nil
+}
+
+// skipBytes returns the buffers of iov after their first n bytes, without
+// changing iov.
+func skipBytes(iov [][]byte, n int) [][]byte {
+	for len(iov) > 0 && n >= len(iov[0]) {
+		n -= len(iov[0])
+		iov = iov[1:]
+	}
+	if n == 0 || len(iov) == 0 {
+		return iov
+	}
+	rest := append([][]byte{iov[0][n:]}, iov[1:]...)
+	return rest
 }
