@@ -430,7 +430,7 @@ func (c *conn) serve() {
 	s := c.s
 	s.metrics.openConns.Add(1)
 	defer s.metrics.openConns.Add(-1)
-	c.readCalls(bufio.NewReaderSize(c.nc, 64<<10))
+	c.readCalls(bufio.NewReaderSize(connReader(c.nc), 64<<10))
 	c.readers.Wait()
 	c.wg.Wait()
 	c.nc.Close()
