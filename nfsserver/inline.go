@@ -9,11 +9,11 @@ import (
 
 // Calls run on a connection's reading goroutine.
 //
-// A client that sends one call at a time (the Linux client walking a
-// tree) pays, for each call handed to a goroutine of its own, a wake-up
-// of that goroutine and often of another thread. So a call that reads
-// metadata, or a small READ, arriving with nothing else in flight or
-// waiting runs on the goroutine that read it (inlineCall). Such a call
+// A client that sends one call at a time (the Linux client walking or
+// untarring a tree) pays, for each call handed to a goroutine of its own,
+// a wake-up of that goroutine and often of another thread. So a call
+// arriving with nothing else in flight or waiting runs on the goroutine
+// that read it, unless it is a large READ or WRITE (inlineCall). Such a call
 // may still wait: for the disk, or for a lock. So that it does not hold
 // up the calls behind it, one watcher goroutine per server looks at the
 // calls running inline every inlineTick, and a call it sees running on
@@ -148,30 +148,29 @@ func (s *Server) watchInline() {
 }
 
 // inlineCall reports whether rec is an NFS call that serve may run on the
-// connection's reading goroutine when nothing else is in flight: one that
-// reads metadata only, in one store transaction of bounded size, or a
-// READ of at most inlineReadMax, or of any size when oneAtATime (the
-// client sends one call at a time). The rest go to a goroutine of their
-// own, so that a call arriving meanwhile is read and runs at once: WRITE
-// and COMMIT (fsyncs), every change (a SETATTR truncating or a REMOVE of a
-// large file deletes its blocks before it answers), and MOUNT calls.
+// connection's reading goroutine when nothing else is in flight: any but a
+// READ or WRITE of more than inlineReadMax, which runs there only when
+// oneAtATime (the client sends one call at a time). A call that runs long
+// there, one waiting on an fsync or deleting a large file's blocks, gets
+// the connection's reading handed to another goroutine (see the top of
+// this file), so the calls behind it wait one to two inlineTicks at most.
+// MOUNT calls, replies and records too short to name a procedure go to a
+// goroutine of their own.
 func inlineCall(rec []byte, oneAtATime bool) bool {
 	if len(rec) < 24 || binary.BigEndian.Uint32(rec[4:]) != msgCall || binary.BigEndian.Uint32(rec[12:]) != progNFS {
 		return false
 	}
 	switch binary.BigEndian.Uint32(rec[20:]) {
-	case 0, 1, 3, 4, 5, 16, 17, 18, 19, 20: // NULL, GETATTR, LOOKUP, ACCESS, READLINK, READDIR(PLUS), FSSTAT, FSINFO, PATHCONF
-		return true
-	case 6: // READ
+	case 6, 7: // READ, WRITE
 		count, ok := readCount(rec)
 		return ok && (count <= inlineReadMax || oneAtATime)
 	}
-	return false
+	return true
 }
 
-// inlineReadMax is the largest READ serve runs on the connection's
-// reading goroutine whatever the client: a small file's whole content, a
-// copy of some microseconds. A larger READ, up to 1 MiB, takes hundreds
+// inlineReadMax is the largest READ or WRITE serve runs on the
+// connection's reading goroutine whatever the client: a small file's whole
+// content, a copy of some microseconds. A larger one, up to 1 MiB, takes hundreds
 // of microseconds (and a READ from the disk milliseconds), during which
 // the calls a client sends meanwhile wait to be read: it runs inline only
 // for a client that sends one call at a time (oneAtATimeCalls), as
@@ -183,7 +182,8 @@ const inlineReadMax = 64 << 10
 // inline there.
 const oneAtATimeCalls = 4
 
-// readCount returns the count of the NFS READ call rec; ok false if rec
+// readCount returns the count of the NFS READ or WRITE call rec (both
+// put it after the handle and the offset); ok false if rec
 // is too short to hold one.
 func readCount(rec []byte) (count uint32, ok bool) {
 	at := 24      // xid, type, RPC version, program, version, procedure
