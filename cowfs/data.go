@@ -557,8 +557,23 @@ func (br *blockReader) readBlocks(blocks []resolved, first uint64, p []byte, off
 			}
 			continue
 		}
+		if len(r.ref) == 33 && r.ref[0] == refHash {
+			// Part of a stored block (a small file's only block, the
+			// last of a larger one): read that part straight into p.
+			n := 0
+			if at := lo - base; at < r.limit {
+				var err error
+				if n, err = br.readContent(r.ref[1:], int(at), dst[:min(uint64(len(dst)), r.limit-at)]); err != nil {
+					return err
+				}
+			}
+			clear(dst[n:])
+			continue
+		}
 		if buf == nil {
-			buf = make([]byte, bs)
+			sp := getScratch(int(bs))
+			defer scratch.Put(sp)
+			buf = *sp
 		}
 		if err := br.contentRange(r, buf, lo-base, hi-base); err != nil {
 			return err
@@ -569,6 +584,19 @@ func (br *blockReader) readBlocks(blocks []resolved, first uint64, p []byte, off
 		return err
 	}
 	return br.fillPieces(pieces)
+}
+
+// scratch holds *[]byte buffers of a block for readBlocks' partial
+// blocks, which contentRange fills whole (content) or in the part read.
+var scratch sync.Pool
+
+func getScratch(n int) *[]byte {
+	if p, _ := scratch.Get().(*[]byte); p != nil && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	b := make([]byte, n)
+	return &b
 }
 
 // parallelBlocks is the fewest blocks a READ fetches on two goroutines
