@@ -11,13 +11,7 @@ import (
 // disk-backed store, cycling through them.
 func BenchmarkReadSmallFiles(b *testing.B) {
 	const files, size = 1000, 9 << 10
-	m := newManager(b, b.TempDir())
-	_, addr := startServer(b, m, nil)
-	c := dialRaw(b, addr)
-	root := c.mnt("/main")
-	k := c.as(authRoot)
-	dir, _, st := k.mkdir(root, "tree", 0o755)
-	must(b, st, "mkdir")
+	k, dir := treeOnDisk(b)
 	data := make([]byte, size)
 	for i := range data {
 		data[i] = byte(i * 13)

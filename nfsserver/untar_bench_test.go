@@ -12,13 +12,7 @@ import (
 // chmod and utimes, and the client's own), and two LOOKUPs. It runs on a
 // disk-backed store, so the FILE_SYNC WRITE includes a real fsync.
 func BenchmarkUntarFile(b *testing.B) {
-	m := newManager(b, b.TempDir())
-	_, addr := startServer(b, m, nil)
-	c := dialRaw(b, addr)
-	root := c.mnt("/main")
-	k := c.as(authRoot)
-	dir, _, st := k.mkdir(root, "tree", 0o755)
-	must(b, st, "mkdir")
+	k, dir := treeOnDisk(b)
 	data := make([]byte, 8<<10)
 	for i := range data {
 		data[i] = byte(i)
@@ -43,4 +37,19 @@ func BenchmarkUntarFile(b *testing.B) {
 			must(b, st, "lookup")
 		}
 	}
+}
+
+// treeOnDisk serves a disk-backed store and returns a root caller and the
+// handle of a new directory "tree" in main, for the benchmarks that replay
+// the kernel client's tree workload.
+func treeOnDisk(b *testing.B) (caller, []byte) {
+	b.Helper()
+	m := newManager(b, b.TempDir())
+	_, addr := startServer(b, m, nil)
+	c := dialRaw(b, addr)
+	root := c.mnt("/main")
+	k := c.as(authRoot)
+	dir, _, st := k.mkdir(root, "tree", 0o755)
+	must(b, st, "mkdir")
+	return k, dir
 }
