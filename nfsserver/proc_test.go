@@ -607,3 +607,63 @@ func countPrefix(m map[string]uint64, prefix string) int {
 	}
 	return n
 }
+
+// TestSlowInlineWriteHandsOff: a small FILE_SYNC WRITE that arrives with
+// nothing else in flight runs on the connection's reading goroutine, as
+// every call arriving alone does; when it waits (as on a slow fsync) it
+// hands the reading off, so a LOOKUP sent meanwhile is answered, and the
+// WRITE still succeeds and its bytes read back.
+func TestSlowInlineWriteHandsOff(t *testing.T) {
+	m := newManager(t, "")
+	gate := make(chan struct{})
+	var armed, writes atomic.Int32
+	s, addr := startServer(t, m, func(s *Server) {
+		s.testHook = func(prog, proc uint32) {
+			if prog == progNFS && proc == 7 && armed.Load() == 1 {
+				writes.Add(1)
+				<-gate
+			}
+		}
+	})
+	t.Cleanup(func() {
+		select {
+		case <-gate:
+		default:
+			close(gate)
+		}
+	})
+	c := dialRaw(t, addr)
+	root := c.mnt("/main")
+	k := c.as(authRoot)
+	fh, _, st := k.create(root, "f", 1, sa{mode: u32p(0o644)})
+	must(t, st, "create")
+	armed.Store(1)
+	for s.Metrics().InFlight != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	data := bytes.Repeat([]byte("inline "), 600)
+	xid := c.nextXID()
+	ch := c.expect(xid)
+	c.writeRecord(callMsg(xid, 2, progNFS, 3, 7, authRoot, args(fh, uint64(0), uint32(len(data)), uint32(fileSync), data)))
+	for writes.Load() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	within(t, "a LOOKUP while a WRITE waits", func() {
+		if _, _, st := k.lookup(root, "f"); st != 0 {
+			t.Errorf("LOOKUP while a WRITE waits: status %d", st)
+		}
+	})
+	if got := s.Metrics().HandOffs; got != 1 {
+		t.Errorf("HandOffs %d, want 1 (the WRITE ran inline and was handed off)", got)
+	}
+	close(gate)
+	if r := parseReply(t, c.wait(ch)); r.stat != acceptSuccess || r.body.u32() != 0 {
+		t.Fatal("the WRITE that waited failed")
+	}
+	armed.Store(0)
+	got, _, st := k.read(fh, 0, uint32(2*len(data)))
+	must(t, st, "read")
+	if !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes, want the %d written", len(got), len(data))
+	}
+}
