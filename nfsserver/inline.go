@@ -169,22 +169,23 @@ func inlineCall(rec []byte, oneAtATime bool) bool {
 }
 
 // inlineReadMax is the largest READ or WRITE serve runs on the
-// connection's reading goroutine whatever the client: a small file's whole
-// content, a copy of some microseconds. A larger one, up to 1 MiB, takes hundreds
-// of microseconds (and a READ from the disk milliseconds), during which
-// the calls a client sends meanwhile wait to be read: it runs inline only
-// for a client that sends one call at a time (oneAtATimeCalls), as
-// nfs-cp does, whose next call waits for the reply anyway.
+// connection's reading goroutine whatever the client: a small file's
+// whole content, a copy of some microseconds. A larger one, up to 1 MiB,
+// takes hundreds of microseconds (and a READ from the disk milliseconds),
+// during which the calls a client sends meanwhile wait to be read: it runs
+// inline only for a client that sends one call at a time
+// (oneAtATimeCalls), as nfs-cp does, whose next call waits for the reply
+// anyway.
 const inlineReadMax = 64 << 10
 
 // oneAtATimeCalls is how many calls in a row must arrive with nothing
-// else in flight or waiting on their connection before a large READ runs
-// inline there.
+// else in flight or waiting on their connection before a large READ or
+// WRITE runs inline there.
 const oneAtATimeCalls = 4
 
 // readCount returns the count of the NFS READ or WRITE call rec (both
-// put it after the handle and the offset); ok false if rec
-// is too short to hold one.
+// put it after the handle and the offset); ok false if rec is too short
+// to hold one.
 func readCount(rec []byte) (count uint32, ok bool) {
 	at := 24      // xid, type, RPC version, program, version, procedure
 	for range 2 { // the credential and the verifier: flavor, length, body
