@@ -360,9 +360,7 @@ func (br *blockReader) content(r resolved, dst []byte) error {
 	case r.ref[0] == refInline:
 		data = r.ref[1:]
 	case r.ref[0] == refHash && len(r.ref) == 33:
-		n, err := br.readContent(r.ref[1:], 0, dst[:min(r.limit, uint64(len(dst)))])
-		clear(dst[n:])
-		return err
+		return br.storedRange(r, 0, dst)
 	case r.ref[0] == refPatch && len(r.ref) >= 33:
 		// The base may be shorter than the block (the file grew past it
 		// later): edits land in the zero-filled rest of dst.
@@ -560,19 +558,14 @@ func (br *blockReader) readBlocks(blocks []resolved, first uint64, p []byte, off
 		if len(r.ref) == 33 && r.ref[0] == refHash {
 			// Part of a stored block (a small file's only block, the
 			// last of a larger one): read that part straight into p.
-			n := 0
-			if at := lo - base; at < r.limit {
-				var err error
-				if n, err = br.readContent(r.ref[1:], int(at), dst[:min(uint64(len(dst)), r.limit-at)]); err != nil {
-					return err
-				}
+			if err := br.storedRange(r, lo-base, dst); err != nil {
+				return err
 			}
-			clear(dst[n:])
 			continue
 		}
 		if buf == nil {
 			sp := getScratch(int(bs))
-			defer scratch.Put(sp)
+			defer scratch.Put(sp) // once: buf is set from here on
 			buf = *sp
 		}
 		if err := br.contentRange(r, buf, lo-base, hi-base); err != nil {
@@ -584,6 +577,21 @@ func (br *blockReader) readBlocks(blocks []resolved, first uint64, p []byte, off
 		return err
 	}
 	return br.fillPieces(pieces)
+}
+
+// storedRange fills dst with the bytes of the stored block r (a plain
+// hash reference) from offset at on: what the block holds below r.limit,
+// zeros past it or past the stored value's end.
+func (br *blockReader) storedRange(r resolved, at uint64, dst []byte) error {
+	n := 0
+	if at < r.limit {
+		var err error
+		if n, err = br.readContent(r.ref[1:], int(at), dst[:min(uint64(len(dst)), r.limit-at)]); err != nil {
+			return err
+		}
+	}
+	clear(dst[n:])
+	return nil
 }
 
 // scratch holds *[]byte buffers of a block for readBlocks' partial
