@@ -39,11 +39,19 @@ func (s *Store) putContent(ctx context.Context, tx kv.Txn, h, data []byte) (bool
 		if err := s.intend(ctx, tx, h); err != nil {
 			return false, err
 		}
-		ok, err := tx.Has(contentKey(h))
+		k := contentKey(h)
+		if fw, ok := tx.(kv.FixedWriter); ok {
+			ok, err := fw.HasFixed(k)
+			if err != nil || ok {
+				return false, err
+			}
+			return true, fw.SetFixed(k, data)
+		}
+		ok, err := tx.Has(k)
 		if err != nil || ok {
 			return false, err
 		}
-		return true, tx.Set(contentKey(h), data)
+		return true, tx.Set(k, data)
 	}
 	if err := s.intend(ctx, tx, h); err != nil {
 		return false, err

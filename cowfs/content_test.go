@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
 	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
 
 // TestOverBlobs runs the package's file, read, rechunk and sweep tests
@@ -159,5 +161,65 @@ func TestSpaceCountsContent(t *testing.T) {
 	// 1000 bytes are unreferenced.
 	if use.Unique[1] != 4*bs || use.Unreferenced != 1000 || use.ContentBytes != 4*bs+1000 {
 		t.Fatalf("Space = %+v, want 4 blocks unique to owner 1 and 1000 bytes unreferenced", use)
+	}
+}
+
+// fixedStore's transactions are kv.FixedWriters that count what cowfs
+// tells them: content is a Fixed value, and a store that can remember
+// where it put or found content is told so.
+type fixedStore struct {
+	kv.Store
+	has, found, set atomic.Int64
+}
+
+func (c *fixedStore) Update(ctx context.Context, fn func(kv.Txn) error) error {
+	return c.Store.Update(ctx, func(tx kv.Txn) error { return fn(fixedTxn{tx, c}) })
+}
+
+type fixedTxn struct {
+	kv.Txn
+	c *fixedStore
+}
+
+func (t fixedTxn) HasFixed(k []byte) (bool, error) {
+	ok, err := t.Txn.Has(k)
+	t.c.has.Add(1)
+	if ok {
+		t.c.found.Add(1)
+	}
+	return ok, err
+}
+
+func (t fixedTxn) SetFixed(k, v []byte) error {
+	t.c.set.Add(1)
+	return t.Txn.Set(k, v)
+}
+
+// TestContentIsFixed: a write of new content sets every block with
+// SetFixed, and a write of content stored already finds every block with
+// HasFixed and sets none.
+func TestContentIsFixed(t *testing.T) {
+	fs := &fixedStore{Store: kvtest.NewStore(t)}
+	_, f := newTestTree(t, fs, Options{})
+	data := make([]byte, 4*int(f.bs))
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	for _, name := range []string{"a", "b"} {
+		a, err := f.Create(RootIno, name, CreateUnchecked, NewAttr{Mode: 0o644}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(a.Ino, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(data))
+		if n, _, err := f.ReadAt(a.Ino, got, 0); err != nil || n != len(data) || !bytes.Equal(got, data) {
+			t.Fatalf("%s read back: %d bytes, %v", name, n, err)
+		}
+	}
+	if has, found, set := fs.has.Load(), fs.found.Load(), fs.set.Load(); has != 8 || found != 4 || set != 4 {
+		t.Fatalf("two files of the same 4 blocks: %d HasFixed (%d found), %d SetFixed; want 8 (4), 4", has, found, set)
 	}
 }

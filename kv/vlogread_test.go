@@ -306,6 +306,137 @@ func TestReadValuesFixed(t *testing.T) {
 	}
 }
 
+// TestFixedWriterLocates: values set with SetFixed, and values HasFixed
+// found, are read the first time from where the write or the lookup put
+// them, without a lookup of their own; a small value (kept in the LSM
+// tree), a transaction that failed, and a key deleted before the read
+// leave nothing behind that a read would use wrongly.
+func TestFixedWriterLocates(t *testing.T) {
+	ctx := context.Background()
+	s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{GCInterval: -1, TrimAbove: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	val := func(i int) []byte { return bytes.Repeat([]byte{byte(i + 1)}, 32<<10) }
+	key := func(i int) []byte { return []byte(fmt.Sprintf("f%031d", i)) }
+	// read reads keys [from, to) as Fixed and reports how many came from
+	// remembered places.
+	read := func(from, to int) int64 {
+		t.Helper()
+		before := kv.CachedReads(s)
+		err := s.View(ctx, func(tx kv.Txn) error {
+			var rs []kv.ValueRead
+			for i := from; i < to; i++ {
+				rs = append(rs, kv.ValueRead{Key: key(i), Dst: make([]byte, 40<<10), Fixed: true})
+			}
+			if err := tx.(kv.ValueReader).ReadValues(rs); err != nil {
+				return err
+			}
+			for j, r := range rs {
+				if want := val(from + j); r.N != len(want) || !bytes.Equal(r.Dst[:r.N], want) {
+					return fmt.Errorf("value %d: %d bytes, wrong", from+j, r.N)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kv.CachedReads(s) - before
+	}
+
+	// Values 0-7 set with SetFixed, in one transaction.
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		fw, ok := tx.(kv.FixedWriter)
+		if !ok {
+			return fmt.Errorf("%T is not a kv.FixedWriter", tx)
+		}
+		for i := range 8 {
+			if err := fw.SetFixed(key(i), val(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := read(0, 8); n != 8 {
+		t.Fatalf("first read after SetFixed: %d of 8 values from remembered places, want 8", n)
+	}
+
+	// Values 8-15 set plainly, then found by HasFixed.
+	for i := 8; i < 16; i++ {
+		if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set(key(i), val(i)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		fw := tx.(kv.FixedWriter)
+		for i := 8; i < 16; i++ {
+			if ok, err := fw.HasFixed(key(i)); err != nil || !ok {
+				return fmt.Errorf("HasFixed of stored key %d: %v, %v", i, ok, err)
+			}
+		}
+		if ok, err := fw.HasFixed([]byte("missing")); err != nil || ok {
+			return fmt.Errorf("HasFixed of a missing key: %v, %v", ok, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := read(8, 16); n != 8 {
+		t.Fatalf("first read after HasFixed: %d of 8 values from remembered places, want 8", n)
+	}
+
+	// A transaction that fails stores nothing and locates nothing.
+	errFail := errors.New("fail")
+	err = s.Update(ctx, func(tx kv.Txn) error {
+		if err := tx.(kv.FixedWriter).SetFixed(key(16), val(16)); err != nil {
+			return err
+		}
+		return errFail
+	})
+	if !errors.Is(err, errFail) {
+		t.Fatalf("failing transaction: %v", err)
+	}
+	if !errors.Is(s.View(ctx, func(tx kv.Txn) error {
+		return tx.(kv.ValueReader).ReadValues([]kv.ValueRead{{Key: key(16), Dst: make([]byte, 40<<10), Fixed: true}})
+	}), kv.ErrNotFound) {
+		t.Fatal("a value of a failed transaction was read")
+	}
+
+	// A small value lives in the LSM tree: SetFixed has nothing to
+	// locate, and it reads back.
+	small := []byte("small")
+	err = s.Update(ctx, func(tx kv.Txn) error { return tx.(kv.FixedWriter).SetFixed([]byte("small"), small) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := kv.CachedReads(s)
+	err = s.View(ctx, func(tx kv.Txn) error {
+		rs := []kv.ValueRead{{Key: []byte("small"), Dst: make([]byte, 10), Fixed: true}, {Key: key(0), Dst: make([]byte, 40<<10), Fixed: true}}
+		if err := tx.(kv.ValueReader).ReadValues(rs); err != nil {
+			return err
+		}
+		if !bytes.Equal(rs[0].Dst[:rs[0].N], small) {
+			return fmt.Errorf("small value read back as %q", rs[0].Dst[:rs[0].N])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := kv.CachedReads(s) - before; n != 1 {
+		t.Fatalf("a small value and a large one: %d from remembered places, want 1 (the large one)", n)
+	}
+	if _, off := kv.ValueReads(s); off {
+		t.Fatal("the pread reader turned itself off")
+	}
+}
+
 // TestReadValueMapped: while the value logs' mappings are not trimmed
 // (the process's file-backed memory under TrimAbove), single values are
 // copied out of the mappings, whose pages stay mapped, not read with
