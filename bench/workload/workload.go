@@ -6,6 +6,7 @@ package workload
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -44,6 +45,16 @@ func Data(seed uint64, n int) []byte {
 		p[i] = byte(r.Uint32())
 	}
 	return p
+}
+
+// Stamp copies base into dst (as long as base) and writes salt into the
+// first 8 bytes of every 4 KiB: content that a store which keeps each
+// block once (branchnfs) does not hold yet, for any salt not used before.
+func Stamp(dst, base []byte, salt uint64) {
+	copy(dst, base)
+	for i := 0; i+8 <= len(dst); i += 4096 {
+		binary.LittleEndian.PutUint64(dst[i:], salt)
+	}
 }
 
 // SeqOptions configures Seq.

@@ -51,6 +51,25 @@ func TestData(t *testing.T) {
 	}
 }
 
+// TestStamp: stamped content differs from the base and from other salts
+// in every 4 KiB (so in every block a store could find again), and is the
+// base elsewhere.
+func TestStamp(t *testing.T) {
+	base := workload.Data(1, 64<<10+100)
+	a, b := make([]byte, len(base)), make([]byte, len(base))
+	workload.Stamp(a, base, 1)
+	workload.Stamp(b, base, 2)
+	for i := 0; i < len(base); i += 4096 {
+		end := min(i+4096, len(base))
+		if bytes.Equal(a[i:end], base[i:end]) || bytes.Equal(a[i:end], b[i:end]) {
+			t.Fatalf("the 4 KiB at %d is the same with salt 1 as with the base or salt 2", i)
+		}
+		if k := min(i+8, end); !bytes.Equal(a[k:end], base[k:end]) {
+			t.Fatalf("the 4 KiB at %d changed past its stamp", i)
+		}
+	}
+}
+
 func TestSeqAndMetaAgainstBranchnfs(t *testing.T) {
 	tg := startServer(t)
 	data := workload.Data(3, 3<<20+123) // not a multiple of the request size
