@@ -108,6 +108,19 @@ func (f *View) WriteAtOpts(ino InodeID, p []byte, off int64, o WriteOptions) (At
 // SetAttr changes only what sa says and returns the new attributes.
 func (f *View) SetAttr(ino InodeID, sa SetAttr) (Attr, error) { return f.setAttr(ino, sa) }
 
+// SetAttrChecked changes ino's attributes as check decides from the
+// attributes they have in the same transaction: check may refuse (its
+// error, a syscall.Errno, is returned wrapped and nothing changes) or
+// return the change, which no other change can come between. A
+// permission check made this way cannot be overtaken by another client's
+// chown or chmod. check may run more than once (transactions retry on
+// conflicts). An empty change sets the change time, as SetAttr does. It
+// returns the attributes before and after. truncate says whether check
+// may set a size.
+func (f *View) SetAttrChecked(ino InodeID, truncate bool, check func(cur Attr) (SetAttr, error)) (pre, post Attr, err error) {
+	return f.setAttrChecked(ino, truncate, check)
+}
+
 // Readlink returns a symlink's target (EINVAL if ino is not a symlink).
 func (f *View) Readlink(ino InodeID) (string, error) { return f.readlink(ino) }
 

@@ -1059,20 +1059,34 @@ func (f *View) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 	if sa.Size != nil && *sa.Size > f.opts.MaxFileSize {
 		return Attr{}, pathErr("setattr", "", syscall.EFBIG)
 	}
-	if sa.Size != nil {
+	_, post, err := f.setAttrChecked(ino, sa.Size != nil, func(Attr) (SetAttr, error) { return sa, nil })
+	return post, err
+}
+
+// setAttrChecked is SetAttrChecked; truncate says whether check may set a
+// size (the view's leftovers of earlier truncates are purged first).
+func (f *View) setAttrChecked(ino InodeID, truncate bool, check func(cur Attr) (SetAttr, error)) (pre, post Attr, err error) {
+	if truncate {
 		f.finishStale()
 	}
 	mu := &f.dataMu[uint64(ino)%uint64(len(f.dataMu))]
 	mu.Lock()
 	defer mu.Unlock()
-	var out Attr
 	purge := false // the truncate left blocks for purgeStale
-	err := f.purgingStale(ino, func(stale *bool) error {
+	err = f.purgingStale(ino, func(stale *bool) error {
 		return f.updateData("setattr", "", func(tx kv.Txn, st state, refs *refLog) error {
 			purge = false
 			n, err := f.inodeForWrite(tx, st, ino)
 			if err != nil {
 				return err
+			}
+			pre = n.attr()
+			sa, err := check(pre)
+			if err != nil {
+				return err
+			}
+			if sa.Size != nil && *sa.Size > f.opts.MaxFileSize {
+				return syscall.EFBIG
 			}
 			if *stale = n.Stale && sa.Size != nil; *stale {
 				return errStale
@@ -1081,7 +1095,7 @@ func (f *View) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 				return err
 			}
 			purge = n.Stale
-			out = n.attr()
+			post = n.attr()
 			return f.put(tx, st, n)
 		})
 	})
@@ -1093,7 +1107,7 @@ func (f *View) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
 			f.opts.Logger.Warn("cowfs: the blocks a truncate cut stay until the file is written again", "inode", ino, "err", perr)
 		}
 	}
-	return out, err
+	return pre, post, err
 }
 
 // setAttrTx applies sa to n, the record copied up into the top layer.

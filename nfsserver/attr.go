@@ -116,6 +116,12 @@ func decodeSattr(d *decoder) (sa sattr) {
 	return sa
 }
 
+// setsAny reports whether sa asks for any change.
+func (sa *sattr) setsAny() bool {
+	return sa.mode != nil || sa.uid != nil || sa.gid != nil || sa.size != nil ||
+		sa.atimeHow != dontChange || sa.mtimeHow != dontChange
+}
+
 func (sa *sattr) validate() error {
 	if sa.atimeBad || sa.mtimeBad {
 		return syscall.EINVAL

@@ -166,19 +166,36 @@ func nfsSetattr(r *request, d *decoder, e *encoder) error {
 	if n.isSyntheticRoot() {
 		return r.fail(e, n, syscall.EPERM, 2)
 	}
-	if guard && !sameNFSTime(pre.Ctime, gsec, gnsec) {
-		return r.fail(e, n, errNotSync, 2)
-	}
-	cs, err := r.checkSetattr(n, &sa)
-	if err != nil {
-		return r.fail(e, n, err, 2)
-	}
-	post := pre
-	if cs != (cowfs.SetAttr{}) {
-		post, err = n.fs.SetAttr(n.attr.Ino, cs)
-		if err != nil {
+	if !sa.setsAny() {
+		// Nothing to change: answer from the attributes resolved.
+		if guard && !sameNFSTime(pre.Ctime, gsec, gnsec) {
+			return r.fail(e, n, errNotSync, 2)
+		}
+		if err := sa.validate(); err != nil {
 			return r.fail(e, n, err, 2)
 		}
+		ok(e)
+		putWcc(e, n.h, &pre, &pre)
+		return nil
+	}
+	// The guard and the permission checks see the attributes in the
+	// transaction that changes them: a chown or chmod from elsewhere
+	// cannot come between a check and the change it allowed.
+	notSync := false
+	pre, post, err := n.fs.SetAttrChecked(n.attr.Ino, sa.size != nil, func(cur cowfs.Attr) (cowfs.SetAttr, error) {
+		notSync = guard && !sameNFSTime(cur.Ctime, gsec, gnsec)
+		if notSync {
+			return cowfs.SetAttr{}, syscall.EINVAL // answered as NOT_SYNC below
+		}
+		at := *n
+		at.attr = cur
+		return r.checkSetattr(&at, &sa)
+	})
+	if notSync {
+		err = errNotSync
+	}
+	if err != nil {
+		return r.fail(e, n, err, 2)
 	}
 	ok(e)
 	putWcc(e, n.h, &pre, &post)

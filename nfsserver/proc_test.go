@@ -281,6 +281,12 @@ func TestSetattr(t *testing.T) {
 	}
 	good := append(append(args(fh), sa{mode: u32p(0o600)}.enc()...), args(true, a0.ctime[0], a0.ctime[1])...)
 	must(t, status(t, c.nfs(2, authRoot, good)), "guarded setattr")
+	// One that sets nothing changes nothing, the change time included.
+	before, _ := k.getattr(fh)
+	must(t, k.setattr(fh, sa{}), "empty setattr")
+	if after, _ := k.getattr(fh); after.ctime != before.ctime || after.mode != 0o600 {
+		t.Fatalf("empty setattr: ctime %v -> %v, mode %o", before.ctime, after.ctime, after.mode)
+	}
 
 	// POSIX mode bits including setuid, setgid, sticky.
 	must(t, k.setattr(fh, sa{mode: u32p(0o7755)}), "chmod")
