@@ -166,21 +166,21 @@ func nfsSetattr(r *request, d *decoder, e *encoder) error {
 	if n.isSyntheticRoot() {
 		return r.fail(e, n, syscall.EPERM, 2)
 	}
+	// Refuse at once what the attributes resolved refuse, with no write
+	// begun; then check again on the attributes in the transaction that
+	// changes them, so that a chown or chmod from elsewhere cannot come
+	// between a check and the change it allowed.
+	if guard && !sameNFSTime(pre.Ctime, gsec, gnsec) {
+		return r.fail(e, n, errNotSync, 2)
+	}
+	if _, err := r.checkSetattr(n, &sa); err != nil {
+		return r.fail(e, n, err, 2)
+	}
 	if !sa.setsAny() {
-		// Nothing to change: answer from the attributes resolved.
-		if guard && !sameNFSTime(pre.Ctime, gsec, gnsec) {
-			return r.fail(e, n, errNotSync, 2)
-		}
-		if err := sa.validate(); err != nil {
-			return r.fail(e, n, err, 2)
-		}
-		ok(e)
+		ok(e) // nothing to change, not even the change time
 		putWcc(e, n.h, &pre, &pre)
 		return nil
 	}
-	// The guard and the permission checks see the attributes in the
-	// transaction that changes them: a chown or chmod from elsewhere
-	// cannot come between a check and the change it allowed.
 	notSync := false
 	pre, post, err := n.fs.SetAttrChecked(n.attr.Ino, sa.size != nil, func(cur cowfs.Attr) (cowfs.SetAttr, error) {
 		notSync = guard && !sameNFSTime(cur.Ctime, gsec, gnsec)
