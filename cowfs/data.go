@@ -1056,9 +1056,6 @@ type upload struct {
 }
 
 func (f *View) setAttr(ino InodeID, sa SetAttr) (Attr, error) {
-	if sa.Size != nil && *sa.Size > f.opts.MaxFileSize {
-		return Attr{}, pathErr("setattr", "", syscall.EFBIG)
-	}
 	_, post, err := f.setAttrChecked(ino, sa.Size != nil, func(Attr) (SetAttr, error) { return sa, nil })
 	return post, err
 }
