@@ -640,9 +640,17 @@ func (br *blockReader) fillWhole(fs []fill) error {
 	var rs []kv.ValueRead // stored blocks, read in one batch
 	var dsts [][]byte
 	var rest []fill
+	var keys []byte // the batch's keys, one allocation for all
 	for _, x := range fs {
 		if vr != nil && br.f.s.blobs == nil && x.r.ref[0] == refHash && len(x.r.ref) == 33 {
-			rs = append(rs, kv.ValueRead{Key: contentKey(x.r.ref[1:]), Dst: x.dst[:min(x.r.limit, uint64(len(x.dst)))], Fixed: true})
+			if rs == nil {
+				rs = make([]kv.ValueRead, 0, len(fs))
+				dsts = make([][]byte, 0, len(fs))
+				keys = make([]byte, 0, 33*len(fs))
+			}
+			at := len(keys)
+			keys = append(append(keys, pfxContent), x.r.ref[1:]...)
+			rs = append(rs, kv.ValueRead{Key: keys[at:len(keys):len(keys)], Dst: x.dst[:min(x.r.limit, uint64(len(x.dst)))], Fixed: true})
 			dsts = append(dsts, x.dst)
 			continue
 		}

@@ -22,17 +22,30 @@ type locCache struct {
 // 1 GiB of content, for about 4 MiB of memory.
 const locCacheGen = 1 << 15
 
-func (c *locCache) get(key []byte) (vlogEntry, bool) {
+// getFixed sets es[i] to the remembered location of each Fixed value of
+// rs whose Dst holds it, marked cached, under one hold of the lock (a READ
+// asks for 32 at once), and returns how many it found.
+func (c *locCache) getFixed(rs []ValueRead, es []vlogEntry) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.cur[string(key)]; ok {
-		return e, true
+	found := 0
+	for i := range rs {
+		if !rs[i].Fixed {
+			continue
+		}
+		e, ok := c.cur[string(rs[i].Key)]
+		if !ok {
+			if e, ok = c.prev[string(rs[i].Key)]; ok {
+				c.putLocked(string(rs[i].Key), e)
+			}
+		}
+		if ok && len(rs[i].Dst) >= e.vlen {
+			e.cached = true
+			es[i] = e
+			found++
+		}
 	}
-	e, ok := c.prev[string(key)]
-	if ok {
-		c.putLocked(string(key), e)
-	}
-	return e, ok
+	return found
 }
 
 func (c *locCache) put(key []byte, e vlogEntry) {

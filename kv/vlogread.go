@@ -320,15 +320,10 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 		return t.readValues(rs)
 	}
 	es := make([]vlogEntry, len(rs))
-	cached := 0
+	cached := t.vf.locs.getFixed(rs, es)
 	for i := range rs {
-		if rs[i].Fixed {
-			if e, ok := t.vf.locs.get(rs[i].Key); ok && len(rs[i].Dst) >= e.vlen {
-				e.cached = true
-				es[i] = e
-				cached++
-				continue
-			}
+		if es[i].cached {
+			continue
 		}
 		it, err := t.t.Get(rs[i].Key)
 		if err != nil {
