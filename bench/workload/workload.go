@@ -16,18 +16,19 @@ import (
 	"github.com/branchnfs/branchnfs/bench/nfsclient"
 )
 
-// ReadBuffer returns a zeroed buffer of n bytes for data read back, with
-// every page already written: a fresh allocation of that size comes from
-// new pages that fault in as the client first writes them, which would
-// put the client's page faults (dear on a virtual machine) into the timed
+// ReadBuffer returns a buffer of n bytes for data read back, with every
+// page already written: a fresh allocation of that size comes from new
+// pages that fault in as the client first writes them, which would put
+// the client's page faults (dear on a virtual machine) into the timed
 // read, in some runs and not others (when Go reuses the memory of an
-// earlier run instead).
+// earlier run instead). Every byte is written, and not with zeros: a page
+// of zeros may be merged with others by the host, and the first write
+// into it after that costs a fault there. The bytes are not meaningful.
 func ReadBuffer(n int) []byte {
 	b := make([]byte, n)
-	for i := 0; i < n; i += 4096 {
-		b[i] = 1
+	for i := range b {
+		b[i] = 0xa5
 	}
-	clear(b)
 	return b
 }
 
@@ -68,6 +69,22 @@ type SeqOptions struct {
 	// BeforeRead and AfterRead, when set, run just before and just after
 	// the read phase (to sample the server's CPU time around it).
 	BeforeRead, AfterRead func()
+	// Back, when at least as long as the file, is the buffer the read
+	// goes into (else one from ReadBuffer). A caller timing several
+	// servers gives each the same buffer, made once: a new one per read
+	// put into some servers' figures, and not others', the cost of the
+	// client's first use of memory the guest had handed back to its host
+	// (on this machine, up to ten times the cost of its copy; see
+	// docs/benchmarks.md).
+	Back []byte
+}
+
+// readBuffer returns o.Back if it holds n bytes, else ReadBuffer(n).
+func (o SeqOptions) readBuffer(n int) []byte {
+	if len(o.Back) >= n {
+		return o.Back[:n]
+	}
+	return ReadBuffer(n)
 }
 
 // SeqResult is one sequential write+read of a file.
@@ -129,7 +146,7 @@ func Seq(t nfsclient.Target, data []byte, o SeqOptions) (SeqResult, error) {
 		return res, fmt.Errorf("size after write is %d, want %d", a.Filesize, len(data))
 	}
 
-	back := ReadBuffer(len(data))
+	back := o.readBuffer(len(data))
 	if o.BeforeRead != nil {
 		o.BeforeRead()
 	}
@@ -375,7 +392,7 @@ func ReadExisting(t nfsclient.Target, name string, want []byte, o SeqOptions) (f
 	if a.Filesize != uint64(len(want)) {
 		return 0, fmt.Errorf("%s has %d bytes, want %d", name, a.Filesize, len(want))
 	}
-	back := ReadBuffer(len(want))
+	back := o.readBuffer(len(want))
 	start := time.Now()
 	err = parallel(conns, o.Depth, len(want), min(o.ReqSize, int(c0.RTMax)), func(c *nfsclient.Conn, off, end int) error {
 		return c.ReadFull(fh, uint64(off), back[off:end])

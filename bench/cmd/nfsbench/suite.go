@@ -133,6 +133,8 @@ type suite struct {
 	res                   *Results
 	log                   io.Writer
 	sections              map[string]bool
+	// back is the buffer every sequential read goes into (seq).
+	back []byte
 }
 
 func (s *suite) logf(format string, a ...any) {
@@ -701,6 +703,9 @@ func (s *suite) seq(peers []peer) {
 	// once whatever writes it, and the write would measure that lookup.
 	base := workload.Data(1, size)
 	data := make([]byte, size)
+	// One buffer for every read of the section, every server's alike
+	// (SeqOptions.Back).
+	s.back = workload.ReadBuffer(size)
 	var salt uint64
 	fresh := func() {
 		salt++
@@ -727,7 +732,7 @@ func (s *suite) seq(peers []peer) {
 				s.logf("seq %s go client run %d", p.label, run+1)
 				fresh()
 				var cpu0, cpu float64
-				res, err := workload.Seq(p.t, data, workload.SeqOptions{Name: "seq.bin", ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth,
+				res, err := workload.Seq(p.t, data, workload.SeqOptions{Name: "seq.bin", ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth, Back: s.back,
 					BeforeRead: func() { cpu0 = p.srv.cpuSeconds() },
 					AfterRead:  func() { cpu = p.srv.cpuSeconds() - cpu0 }})
 				if err == nil && cpu0 > 0 {
@@ -783,7 +788,7 @@ func (s *suite) seqInherited(p peer, data []byte) {
 	var r []float64
 	for run := 0; run < s.cfg.Runs; run++ {
 		s.logf("seq %s inherited read run %d", p.label, run+1)
-		v, err := workload.ReadExisting(p.t, "inherited.bin", data, workload.SeqOptions{ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth})
+		v, err := workload.ReadExisting(p.t, "inherited.bin", data, workload.SeqOptions{ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth, Back: s.back})
 		if err != nil {
 			row.Error = err.Error()
 			s.fail("seq inherited "+p.label, err)
@@ -829,11 +834,18 @@ func (s *suite) seqDirect(data []byte) {
 // the copy, and removes the remote file.
 func (s *suite) nfsCp(p peer, name, src, back string, want [32]byte) (wt, rt time.Duration, err error) {
 	url := p.srv.url(p.t, name)
-	os.Remove(back)
 	t0 := time.Now()
 	out, err := exec.Command("nfs-cp", src, url).CombinedOutput()
 	wt = time.Since(t0)
 	if err == nil {
+		// The last run's copy goes only now, right before the read that
+		// writes this one: the read's client then writes into memory
+		// freed a moment before. Freed two seconds earlier (the time
+		// our write takes), the guest had handed that memory back to
+		// its host, and nfs-cp's copy into the new file's pages took
+		// 0.4 s of its 256 MiB read instead of 0.01 (perf, 2026-12-06):
+		// a cost in the read figure that grew with the write's time.
+		os.Remove(back)
 		t0 = time.Now()
 		var out2 []byte
 		out2, err = exec.Command("nfs-cp", url, back).CombinedOutput()
