@@ -138,6 +138,7 @@ type Server struct {
 	root    rootState
 	metrics counters
 	inline  inlineWatch
+	workers workers
 
 	mu     sync.Mutex // protects the following
 	conns  map[*conn]struct{}
@@ -167,6 +168,7 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("nfsserver: write verifier: %w", err)
 	}
 	s.mounts.init()
+	s.workers = workers{calls: make(chan func()), stop: s.closeCh}
 	s.root.mtime = s.started
 	s.activity, _ = opts.Branches.(ActivityNoter)
 	return s, nil
@@ -491,7 +493,7 @@ func (c *conn) readCalls(br *bufio.Reader) {
 		c.sem <- struct{}{}
 		c.wg.Add(1)
 		s.metrics.inFlight.Add(1)
-		go func() {
+		s.workers.run(func() {
 			defer func() {
 				putBuf(rec)
 				<-c.sem // before inFlight: at 0, the next call may run inline
@@ -499,7 +501,7 @@ func (c *conn) readCalls(br *bufio.Reader) {
 				c.wg.Done()
 			}()
 			c.handle(rec, oversize)
-		}()
+		})
 	}
 }
 
