@@ -21,13 +21,22 @@ import (
 // pages that fault in as the client first writes them, which would put
 // the client's page faults (dear on a virtual machine) into the timed
 // read, in some runs and not others (when Go reuses the memory of an
-// earlier run instead). Every byte is written, and not with zeros: a page
-// of zeros may be merged with others by the host, and the first write
-// into it after that costs a fault there. The bytes are not meaningful.
+// earlier run instead). Every page is written with bytes of its own, not
+// zeros nor one pattern for all: the host may merge pages that hold the
+// same bytes, and the first write into one after that costs a fault
+// there (the first read into a buffer of zeros, or of 0xa5 everywhere,
+// took 0.3 s more of the client's copy). The bytes are not meaningful.
 func ReadBuffer(n int) []byte {
 	b := make([]byte, n)
-	for i := range b {
-		b[i] = 0xa5
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := 0; i+8 <= n; i += 8 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		binary.LittleEndian.PutUint64(b[i:], x)
+	}
+	for i := n &^ 7; i < n; i++ {
+		b[i] = byte(i)
 	}
 	return b
 }
@@ -79,12 +88,19 @@ type SeqOptions struct {
 	Back []byte
 }
 
-// readBuffer returns o.Back if it holds n bytes, else ReadBuffer(n).
+// readBuffer returns o.Back if it holds n bytes, else ReadBuffer(n),
+// with a byte of every page written again: a page untouched since the
+// last read may have been collapsed into a huge page or reclaimed by the
+// host meanwhile, and faulted in again by the timed copy.
 func (o SeqOptions) readBuffer(n int) []byte {
-	if len(o.Back) >= n {
-		return o.Back[:n]
+	if len(o.Back) < n {
+		return ReadBuffer(n)
 	}
-	return ReadBuffer(n)
+	b := o.Back[:n]
+	for i := 0; i < n; i += 4096 {
+		b[i] ^= 0xff
+	}
+	return b
 }
 
 // SeqResult is one sequential write+read of a file.
