@@ -7,7 +7,8 @@
 // handles one request per connection at a time. One goroutine per
 // connection reads records (RFC 5531 record marking, fragments reassembled,
 // at most maxRecord bytes; larger records are discarded unread and answered
-// GARBAGE_ARGS) and hands each call to its own goroutine, up to maxInFlight
+// GARBAGE_ARGS) and hands each call to a worker goroutine (workers: one
+// that finished a call waits to be handed the next), up to maxInFlight
 // per connection; a call that reads metadata and arrives with nothing else
 // in flight or waiting runs on the reading goroutine itself (inlineCall). Replies go out in completion order and never interleave:
 // they are queued under the connection's write mutex, and one goroutine at a

@@ -22,10 +22,11 @@ import (
 // the client's page faults (dear on a virtual machine) into the timed
 // read, in some runs and not others (when Go reuses the memory of an
 // earlier run instead). Every page is written with bytes of its own, not
-// zeros nor one pattern for all: the host may merge pages that hold the
-// same bytes, and the first write into one after that costs a fault
-// there (the first read into a buffer of zeros, or of 0xa5 everywhere,
-// took 0.3 s more of the client's copy). The bytes are not meaningful.
+// zeros nor one pattern for all, which a host may merge into one page and
+// fault apart again on the next write. The bytes are not meaningful. (The
+// first timed read into such a buffer still took 0.3 s more of the
+// client's copy than later ones, whatever it held: nfsbench reads once,
+// untimed, first.)
 func ReadBuffer(n int) []byte {
 	b := make([]byte, n)
 	x := uint64(0x9e3779b97f4a7c15)
