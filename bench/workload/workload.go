@@ -90,9 +90,10 @@ type SeqOptions struct {
 }
 
 // readBuffer returns o.Back if it holds n bytes, else ReadBuffer(n),
-// with a byte of every page written again: a page untouched since the
-// last read may have been collapsed into a huge page or reclaimed by the
-// host meanwhile, and faulted in again by the timed copy.
+// with a byte of every page written again, so that a page the guest
+// dropped since the last read faults back in before the timed copy, not
+// during it. (It did not remove the first read's extra cost, for which
+// nfsbench reads once untimed; it costs a few milliseconds, untimed.)
 func (o SeqOptions) readBuffer(n int) []byte {
 	if len(o.Back) < n {
 		return ReadBuffer(n)
