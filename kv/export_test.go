@@ -82,10 +82,13 @@ func MisplaceCached(s Store, key []byte, delta int64) bool {
 	c := &s.(*badgerStore).vf.locs
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.cur[string(key)]
+	if c.ring == nil {
+		return false
+	}
+	seq, ok := c.seqLocked(key, ^uint64(0))
 	if ok {
-		e.offset += delta
-		c.cur[string(key)] = e
+		l := &c.ring[seq%locCacheSize].loc
+		l.offset = uint32(int64(l.offset) + delta)
 	}
 	return ok
 }
