@@ -46,6 +46,7 @@ type inlineWatch struct {
 func (c *conn) runInline(br *bufio.Reader, rec []byte, oversize bool) (handedOff bool) {
 	s := c.s
 	s.metrics.inFlight.Add(1)
+	s.procs.callStarted()
 	c.imu.Lock()
 	c.iRunning, c.iHanded, c.iReader = true, false, br
 	c.iSeq++

@@ -66,6 +66,11 @@ type Options struct {
 	// byte arrived, is not whole within that time (a slow or stuck client
 	// cannot hold a connection forever); 0 means DefaultRecordTimeout.
 	RecordTimeout time.Duration
+	// AdaptProcs lets the server set the Go runtime's processors
+	// (GOMAXPROCS, process-wide) to one while its calls arrive one at a
+	// time, and back as soon as two overlap (procs.go). A program that
+	// runs other work beside the server should leave it off.
+	AdaptProcs bool
 }
 
 // Defaults of Options.
@@ -139,6 +144,7 @@ type Server struct {
 	metrics counters
 	inline  inlineWatch
 	workers workers
+	procs   *procGovernor // nil unless Options.AdaptProcs (and more than one processor)
 
 	mu     sync.Mutex // protects the following
 	conns  map[*conn]struct{}
@@ -169,6 +175,11 @@ func New(opts Options) (*Server, error) {
 	}
 	s.mounts.init()
 	s.workers = workers{calls: make(chan func()), stop: s.closeCh}
+	if opts.AdaptProcs {
+		if s.procs = newProcGovernor(nil); s.procs != nil {
+			go s.procs.watch(s.closeCh, procsTick, int(procsQuiet/procsTick))
+		}
+	}
 	s.root.mtime = s.started
 	s.activity, _ = opts.Branches.(ActivityNoter)
 	return s, nil
@@ -493,6 +504,7 @@ func (c *conn) readCalls(br *bufio.Reader) {
 		c.sem <- struct{}{}
 		c.wg.Add(1)
 		s.metrics.inFlight.Add(1)
+		s.procs.callStarted()
 		s.workers.run(func() {
 			defer func() {
 				putBuf(rec)
@@ -704,7 +716,11 @@ type procInfo struct {
 
 // handle answers one RPC record.
 func (c *conn) handle(rec []byte, oversize bool) {
-	if reply := c.s.dispatch(rec, oversize, c.remote, c); reply != nil {
+	reply := c.s.dispatch(rec, oversize, c.remote, c)
+	// Before the reply goes out: the client's next call may arrive
+	// before this goroutine runs again.
+	c.s.procs.callEnded()
+	if reply != nil {
 		c.send(reply)
 	}
 }
@@ -863,6 +879,8 @@ type Metrics struct {
 	AcceptErrors    uint64            // temporary accept failures (such as EMFILE), retried
 	SlowRecords     uint64            // connections closed because a request did not arrive whole in time
 	HandOffs        uint64            // calls run on a connection's reading goroutine that took long enough for another to take over the reading
+	ProcsLowered    uint64            // times the Go runtime's processors were set to one (Options.AdaptProcs)
+	ProcsRaised     uint64            // times they were set back
 	Requests        uint64            // RPC calls received
 	InFlight        int64             // being handled now
 	GarbageArgs     uint64            // calls answered GARBAGE_ARGS
@@ -898,6 +916,7 @@ func (s *Server) Metrics() Metrics {
 		Procedures:      map[string]uint64{},
 		ProcedureMicros: map[string]uint64{},
 	}
+	out.ProcsLowered, out.ProcsRaised = s.procs.counts()
 	for i := range m.nfs {
 		if n := m.nfs[i].Load(); n > 0 {
 			out.Procedures["nfs."+nfsProcs[i].name] = n

@@ -36,6 +36,7 @@ type serveOptions struct {
 	Mount       string
 	Backend     backendFlags
 	LeaseTTL    time.Duration
+	AdaptProcs  bool
 	// WorkdirRoot: testing only, see attemptOptions.WorkdirRoot.
 	WorkdirRoot string
 }
@@ -74,6 +75,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	cmd.Flags().MarkHidden("workdir-root")
 	o.Backend.AddFlags(cmd)
 	cmd.Flags().DurationVar(&o.LeaseTTL, "lease-ttl", 10*time.Second, "with --meta etcd: how long after this server stops answering its branches can be taken over by another server (whole seconds)")
+	cmd.Flags().BoolVar(&o.AdaptProcs, "adapt-procs", true, "use one processor while NFS calls arrive one at a time (less CPU for a client walking or untarring a tree), all of them once calls overlap; off when GOMAXPROCS is set")
 	cmd.Flags().StringVar(&o.Reserve, "reserve", "512MiB", "free space to keep on the store's disk: writes fail with ENOSPC before they would use it (0 disables the check; Badger then dies with SIGBUS on a full disk)")
 }
 
@@ -198,7 +200,9 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		}
 	}
 
-	nfs, err := nfsserver.New(nfsserver.Options{Branches: s.mgr, Logger: logger, AllowUIDs: allowedUIDs(dir)})
+	// GOMAXPROCS in the environment is the user's choice of processors.
+	adapt := o.AdaptProcs && os.Getenv("GOMAXPROCS") == ""
+	nfs, err := nfsserver.New(nfsserver.Options{Branches: s.mgr, Logger: logger, AllowUIDs: allowedUIDs(dir), AdaptProcs: adapt})
 	if err != nil {
 		return err
 	}
