@@ -260,3 +260,59 @@ func TestGroupSyncShares(t *testing.T) {
 		t.Fatalf("%d fsyncs for 50 callers", c)
 	}
 }
+
+// TestSyncKeepsFewDescriptors checks that Sync keeps descriptors open only
+// for the directory and the logs still being written: memtables and value
+// logs rotate after 1 MiB here, and logs that completed or that Badger
+// removed must not keep a descriptor (or, removed, their disk space).
+func TestSyncKeepsFewDescriptors(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := kv.WithValueLogFileSize(kv.BadgerOptions{MemTableSize: 1 << 20, GCInterval: -1, Reserve: -1}, 1<<20)
+	s, err := kv.OpenBadger(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	seen := map[string]bool{}
+	for round := range 20 {
+		for i := range 16 {
+			err := s.Update(ctx, func(tx kv.Txn) error {
+				for j := range 8 {
+					k := fmt.Sprintf("r%d/%03d/%d", round, i, j)
+					if err := tx.Set([]byte("big/"+k), make([]byte, 8<<10)); err != nil {
+						return err
+					}
+					if err := tx.Set([]byte("small/"+k), make([]byte, 500)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fds := kv.LogFds(s)
+		kinds := map[string]int{}
+		for _, p := range fds {
+			seen[p] = true
+			kinds[filepath.Ext(p)]++
+		}
+		if len(fds) == 0 || kinds[".mem"] > 1 || kinds[".vlog"] > 1 || len(fds) > 3 {
+			t.Fatalf("round %d: descriptors open after Sync: %v; want the directory and at most the newest write-ahead and value log", round, fds)
+		}
+	}
+	if len(seen) < 4 {
+		t.Fatalf("the logs never rotated: descriptors kept %v", sortedKeys(seen))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if fds := kv.LogFds(s); len(fds) != 0 {
+		t.Fatalf("descriptors open after Close: %v", fds)
+	}
+}

@@ -92,3 +92,15 @@ func MisplaceCached(s Store, key []byte, delta int64) bool {
 	}
 	return ok
 }
+
+// LogFds returns the paths whose descriptors s's Sync keeps open.
+func LogFds(s Store) []string {
+	l := s.(*badgerStore).logs
+	l.fdmu.Lock()
+	defer l.fdmu.Unlock()
+	var out []string
+	for p := range l.fds {
+		out = append(out, p)
+	}
+	return out
+}

@@ -110,6 +110,9 @@ type logFiles struct {
 	watch    dirWatch
 	list     *logListing
 	listings int
+
+	fdmu sync.Mutex          // protects fds; taken under mu
+	fds  map[string]*os.File // path -> descriptor kept open by syncOpen
 }
 
 // logListing is the *.mem and *.vlog files of one directory listing.
@@ -135,17 +138,22 @@ type dirWatch interface {
 }
 
 func newLogFiles(dir string) *logFiles {
-	return &logFiles{dir: dir, fsync: fsyncPath, clean: map[string]bool{}, dirSeen: map[string]bool{}, watch: newDirWatch(dir)}
+	l := &logFiles{dir: dir, clean: map[string]bool{}, dirSeen: map[string]bool{}, watch: newDirWatch(dir), fds: map[string]*os.File{}}
+	l.fsync = l.syncOpen
+	return l
 }
 
 // close releases the directory watch.
 func (l *logFiles) close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	err := l.closeFds(nil)
 	if l.watch == nil {
-		return nil
+		return err
 	}
-	err := l.watch.close()
+	if werr := l.watch.close(); err == nil {
+		err = werr
+	}
 	l.watch, l.list = nil, nil
 	return err
 }
@@ -185,16 +193,43 @@ func (l *logFiles) listing() (*logListing, error) {
 	return ls, nil
 }
 
-func fsyncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
+// syncOpen fsyncs path through a descriptor kept open while the file may
+// need another fsync (it is the directory, or a log that is not yet clean),
+// so that the fsync of a log being written, at every Sync, is one system
+// call rather than an open, a stat, the fsync and a close.
+func (l *logFiles) syncOpen(path string) error {
+	l.fdmu.Lock()
+	f := l.fds[path]
+	if f == nil {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			l.fdmu.Unlock()
+			return err
+		}
+		l.fds[path] = f
 	}
-	err = syncFile(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	l.fdmu.Unlock()
+	return syncFile(f, path == l.dir)
+}
+
+// closeFds closes the descriptors of files that no longer need an fsync:
+// clean ones and ones gone from names (keeping a removed file's descriptor
+// would keep its disk space; one Badger removes between two Syncs is
+// closed by the second), or all of them if names is nil.
+func (l *logFiles) closeFds(names map[string]bool) error {
+	l.fdmu.Lock()
+	defer l.fdmu.Unlock()
+	var first error
+	for path, f := range l.fds {
+		if n := filepath.Base(path); names != nil && (path == l.dir || names[n] && !l.clean[n]) {
+			continue
+		}
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(l.fds, path)
 	}
-	return err
+	return first
 }
 
 // sync fsyncs what needs it; see logFiles.
@@ -244,6 +279,9 @@ func (l *logFiles) sync() error {
 			delete(l.clean, n)
 		}
 	}
+	// A failed close of a descriptor only read and fsynced through loses
+	// nothing; the next listing opens the file again if it is still dirty.
+	_ = l.closeFds(names)
 	grown := false
 	for n := range names {
 		if !l.dirSeen[n] {

@@ -14,7 +14,7 @@ func syncMapped(db *badger.DB) error { return db.Sync() }
 
 // syncFile makes f's data durable: Go's File.Sync on macOS is
 // fcntl(F_FULLFSYNC), which also flushes the drive's cache.
-func syncFile(f *os.File) error { return f.Sync() }
+func syncFile(f *os.File, dir bool) error { return f.Sync() }
 
 // newDirWatch returns nil: the directory is listed at every Sync.
 func newDirWatch(string) dirWatch { return nil }

@@ -18,12 +18,8 @@ func syncMapped(*badger.DB) error { return nil }
 // commit for what reading does not need (the modification time a write
 // through the mapping sets), which is what most fsyncs of a log Badger
 // appends to in place would commit. A directory gets a full fsync.
-func syncFile(f *os.File) error {
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if st.IsDir() {
+func syncFile(f *os.File, dir bool) error {
+	if dir {
 		return f.Sync()
 	}
 	for {

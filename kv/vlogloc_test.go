@@ -61,8 +61,8 @@ func TestLocCache(t *testing.T) {
 		}
 	}
 	all := func(int) bool { return true }
-	check(0, 1000, all)   // in sequence
-	check(500, 600, all)  // from the middle
+	check(0, 1000, all)  // in sequence
+	check(500, 600, all) // from the middle
 	check(990, 1010, func(i int) bool { return i < 1000 })
 	// Out of order: every key through the index.
 	rs := []ValueRead{{Key: keys[7], Dst: make([]byte, 64), Fixed: true}, {Key: keys[3], Dst: make([]byte, 64), Fixed: true}, {Key: keys[999], Dst: make([]byte, 64), Fixed: true}}
