@@ -33,9 +33,9 @@ const (
 	// this far past a block at most).
 	maxExtentBlocks = 256
 	// maxExtentSlices bounds the slices of one extent, so that its
-	// reference (5 + 40 bytes a slice) stays under 1 KiB, the size from
-	// which Badger (kv's default ValueThreshold) moves a value out of its
-	// tree into the value log: there an extent would cost a second read,
+	// reference (5 + 40 bytes a slice) stays under 1 KiB, well below the
+	// size from which Badger (kv's default ValueThreshold, 8 KiB) moves a
+	// value out of its tree into the value log: there an extent would cost a second read,
 	// and the old one, once replaced, would stay on disk until its whole
 	// value-log file is rewritten. 24 slices hold about 24 chunks: about
 	// 1 MiB.

@@ -26,8 +26,11 @@ type BadgerOptions struct {
 	// InMemory keeps everything in memory (tests). Dir is ignored.
 	InMemory bool
 	// ValueThreshold: values at least this large live in the value log.
-	// Default 1 KiB, so data blocks do not bloat the LSM tree and a
-	// transaction of many blocks stays far from Badger's size limit.
+	// Default 8 KiB: full data blocks (32 KiB) go there, so they do not
+	// bloat the LSM tree and a transaction of many blocks stays far from
+	// Badger's size limit; a small file's content stays in the
+	// write-ahead log and the tree, so a FILE_SYNC of it fsyncs one log,
+	// not two (logFiles skips a value log nothing was written to).
 	ValueThreshold int64
 	// MemTableSize and NumMemtables bound write buffering (2 memtables of
 	// an eighth of the reserve, between 8 and 16 MiB: 16 MiB with the
@@ -72,7 +75,7 @@ type BadgerOptions struct {
 // EnsureDefaults fills zero fields with defaults.
 func (o *BadgerOptions) EnsureDefaults() {
 	if o.ValueThreshold <= 0 {
-		o.ValueThreshold = 1 << 10
+		o.ValueThreshold = 8 << 10
 	}
 	if o.Reserve == 0 {
 		o.Reserve = DefaultReserve
@@ -123,10 +126,15 @@ type badgerStore struct {
 	// succeeded. A Sync that finds them equal has nothing to make
 	// durable.
 	writes, synced atomic.Uint64
-	rsd            *residency // trims the value log's mappings; nil: off
-	vf             *vlogFiles // reads values with pread; nil in memory
-	logs           *logFiles  // nil in memory
-	res            reserve    // free-space reserve; size 0 in memory
+	// vlogWrites counts the transactions that set a value going to the
+	// value log, and the value-log GC rounds, each counted once Badger
+	// has written it (logFiles skips the fsync of a value log nothing was
+	// written to since its last one).
+	vlogWrites atomic.Uint64
+	rsd        *residency // trims the value log's mappings; nil: off
+	vf         *vlogFiles // reads values with pread; nil in memory
+	logs       *logFiles  // nil in memory
+	res        reserve    // free-space reserve; size 0 in memory
 	// roErr is set when the store was opened read-only because its disk
 	// was full: every write fails with it.
 	roErr error // read only
@@ -268,6 +276,7 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 	s.writes.Store(1)
 	if !opts.InMemory && s.roErr == nil {
 		s.logs = newLogFiles(dir)
+		s.logs.vlogWrites = s.vlogWrites.Load
 	}
 	if !opts.InMemory {
 		s.rsd = newResidency(dir, opts.TrimEvery, opts.TrimAbove, opts.ValueLogFileSize)
@@ -330,6 +339,7 @@ func (s *badgerStore) runValueLogGC(discardRatio float64) error {
 		s.rsd.mu.Lock()
 	}
 	err := s.db.RunValueLogGC(discardRatio)
+	s.vlogWrites.Add(1) // it may have moved entries into the current log
 	if s.rsd != nil {
 		s.rsd.mu.Unlock()
 	}
@@ -371,6 +381,9 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 			return nil
 		})
 		if tx != nil && tx.writes > 0 {
+			if tx.vlogBytes > 0 {
+				s.vlogWrites.Add(1) // before the write counts for Sync
+			}
 			s.writes.Add(1)
 			s.snaps.changed()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -314,5 +315,57 @@ func TestSyncKeepsFewDescriptors(t *testing.T) {
 	}
 	if fds := kv.LogFds(s); len(fds) != 0 {
 		t.Fatalf("descriptors open after Close: %v", fds)
+	}
+}
+
+// TestSyncSkipsUnwrittenValueLog checks that Sync fsyncs the current value
+// log only when something was written to it since its last fsync: a
+// transaction of small values dirties the write-ahead log alone, one with
+// a value at the threshold or above dirties the value log too.
+func TestSyncSkipsUnwrittenValueLog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := kv.BadgerOptions{GCInterval: -1, Reserve: -1}
+	opts.EnsureDefaults()
+	s, err := kv.OpenBadger(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mu sync.Mutex
+	synced := map[string]int{}
+	kv.SetLogFsync(s, func(path string) error {
+		mu.Lock()
+		synced[filepath.Ext(path)]++
+		mu.Unlock()
+		return nil
+	})
+	round := func(name string, value int) map[string]int {
+		t.Helper()
+		err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(name), make([]byte, value)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		clear(synced)
+		mu.Unlock()
+		if err := s.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(synced)
+	}
+	small, big := int(opts.ValueThreshold)-1, int(opts.ValueThreshold)
+	if got := round("first", small); got[".vlog"] != 1 || got[".mem"] != 1 {
+		t.Fatalf("first Sync after open fsynced %v, want the write-ahead log and the value log", got)
+	}
+	for i := range 3 {
+		if got := round(fmt.Sprint("small", i), small); got[".vlog"] != 0 || got[".mem"] != 1 {
+			t.Fatalf("a value of %d bytes (threshold %d): fsynced %v, want the write-ahead log alone", small, opts.ValueThreshold, got)
+		}
+		if got := round(fmt.Sprint("big", i), big); got[".vlog"] != 1 || got[".mem"] != 1 {
+			t.Fatalf("a value of %d bytes: fsynced %v, want the write-ahead log and the value log", big, got)
+		}
 	}
 }

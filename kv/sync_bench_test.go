@@ -10,10 +10,10 @@ import (
 
 // BenchmarkSync measures a durability point after one small transaction
 // (a COMMIT after a write), on the disk of the test's temporary directory:
-// value=256 stays in the memtable's log, value=4096 goes to the value log
-// (the store's value threshold is 1 KiB).
+// value=256 and value=4096 stay in the memtable's log, value=16384 goes to
+// the value log too (the store's value threshold is 8 KiB).
 func BenchmarkSync(b *testing.B) {
-	for _, size := range []int{256, 4096} {
+	for _, size := range []int{256, 4096, 16384} {
 		b.Run(fmt.Sprintf("value=%d", size), func(b *testing.B) {
 			ctx := context.Background()
 			s, err := kv.OpenBadger(b.TempDir(), kv.BadgerOptions{GCInterval: -1})

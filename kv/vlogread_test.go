@@ -19,7 +19,7 @@ import (
 // checks that the value-log reads did go through pread.
 func TestReadValue(t *testing.T) {
 	ctx := context.Background()
-	s, err := kv.OpenBadger(t.TempDir(), kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, TrimAbove: -1}, 4<<20))
+	s, err := kv.OpenBadger(t.TempDir(), kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, TrimAbove: -1, ValueThreshold: 1 << 10}, 4<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
