@@ -657,11 +657,16 @@ func (t *badgerTxn) GetFunc(key []byte, fn func([]byte) error) error {
 	if err != nil {
 		return mapErr(err)
 	}
+	return t.itemValue(key, it, fn)
+}
+
+// itemValue is GetFunc of the item it, found under key.
+func (t *badgerTxn) itemValue(key []byte, it *badger.Item, fn func([]byte) error) error {
 	if t.rsd == nil || t.rw || !fromValueLog(it) {
 		return mapErr(it.Value(fn))
 	}
 	var prev []byte
-	err = it.Value(func(v []byte) error {
+	err := it.Value(func(v []byte) error {
 		err := fn(v)
 		if t.rsd.add(len(v)) {
 			prev = t.rsd.trim(v, key) // still inside the callback: the log is locked

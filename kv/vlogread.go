@@ -321,6 +321,7 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 	}
 	es := make([]vlogEntry, len(rs))
 	cached := t.vf.locs.getFixed(rs, es)
+	read := 0 // values read below, through Badger
 	for i := range rs {
 		if es[i].cached {
 			continue
@@ -331,8 +332,15 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 		}
 		e, ok := locate(it)
 		if !ok || len(rs[i].Dst) < e.vlen {
-			e = vlogEntry{} // alone, below
-		} else if rs[i].Fixed {
+			// In Badger's tree (a small value), or read alone; with the
+			// item found, not a second lookup.
+			if rs[i].N, err = t.readItem(rs[i].Key, it, 0, rs[i].Dst); err != nil {
+				return err
+			}
+			read++
+			continue
+		}
+		if rs[i].Fixed {
 			t.vf.locs.put(rs[i].Key, e)
 		}
 		es[i] = e
@@ -340,12 +348,10 @@ func (t *badgerTxn) ReadValues(rs []ValueRead) error {
 	t.vf.cached.Add(int64(cached))
 	// Entries in log order: a transaction writes its values to the log
 	// one after another, but not in the order of its writes.
-	order := make([]int, 0, len(rs))
+	order := make([]int, 0, len(rs)-read)
 	for i := range rs {
 		if es[i].klen != 0 {
 			order = append(order, i)
-		} else if err := t.readValues(rs[i : i+1]); err != nil {
-			return err
 		}
 	}
 	slices.SortFunc(order, func(a, b int) int {
@@ -470,6 +476,11 @@ func (t *badgerTxn) ReadValue(key []byte, off int, dst []byte) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("kv: read of a value at offset %d", off)
 	}
+	return t.readItem(key, it, off, dst)
+}
+
+// readItem is ReadValue of the item it, found under key.
+func (t *badgerTxn) readItem(key []byte, it *badger.Item, off int, dst []byte) (int, error) {
 	if t.preads(1) {
 		if e, ok := locate(it); ok {
 			n := max(0, min(len(dst), e.vlen-off))
@@ -486,8 +497,15 @@ func (t *badgerTxn) ReadValue(key []byte, off int, dst []byte) (int, error) {
 			}
 		}
 	}
+	return t.copyValue(key, it, off, dst)
+}
+
+// copyValue copies the value of item it, found under key, from off on into
+// dst, through Badger: a value held in its tree, or one the pread reader
+// did not read.
+func (t *badgerTxn) copyValue(key []byte, it *badger.Item, off int, dst []byte) (int, error) {
 	n := 0
-	err = t.GetFunc(key, func(v []byte) error {
+	err := t.itemValue(key, it, func(v []byte) error {
 		if off < len(v) {
 			n = copy(dst, v[off:])
 		}
