@@ -54,39 +54,9 @@ func TestSyncCoversRotatedLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var mu sync.Mutex
-	synced := map[string]int{}
-	kv.SetLogFsync(s, func(path string) error {
-		mu.Lock()
-		synced[filepath.Base(path)]++
-		mu.Unlock()
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
-	})
-	write := func(round int) {
-		// 4 MiB of 8 KiB values (value log) and of small values (memtable).
-		for i := 0; i < 64; i++ {
-			err := s.Update(ctx, func(tx kv.Txn) error {
-				for j := 0; j < 8; j++ {
-					k := fmt.Sprintf("r%d/%03d/%d", round, i, j)
-					if err := tx.Set([]byte("big/"+k), make([]byte, 8<<10)); err != nil {
-						return err
-					}
-					if err := tx.Set([]byte("small/"+k), make([]byte, 500)); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	mu, synced := countFsyncs(s, filepath.Base, true)
+	// 4 MiB of 8 KiB values (value log) and of small values (memtable).
+	write := func(round int) { writeBigSmall(t, s, round, 64) }
 	var complete []string // logs fsynced after a newer one existed
 	for round := 0; round < 3; round++ {
 		write(round)
@@ -277,23 +247,7 @@ func TestSyncKeepsFewDescriptors(t *testing.T) {
 	defer s.Close()
 	seen := map[string]bool{}
 	for round := range 20 {
-		for i := range 16 {
-			err := s.Update(ctx, func(tx kv.Txn) error {
-				for j := range 8 {
-					k := fmt.Sprintf("r%d/%03d/%d", round, i, j)
-					if err := tx.Set([]byte("big/"+k), make([]byte, 8<<10)); err != nil {
-						return err
-					}
-					if err := tx.Set([]byte("small/"+k), make([]byte, 500)); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
+		writeBigSmall(t, s, round, 16)
 		if err := s.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -332,14 +286,7 @@ func TestSyncSkipsUnwrittenValueLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var mu sync.Mutex
-	synced := map[string]int{}
-	kv.SetLogFsync(s, func(path string) error {
-		mu.Lock()
-		synced[filepath.Ext(path)]++
-		mu.Unlock()
-		return nil
-	})
+	mu, synced := countFsyncs(s, filepath.Ext, false)
 	round := func(name string, value int) map[string]int {
 		t.Helper()
 		err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(name), make([]byte, value)) })
@@ -366,6 +313,50 @@ func TestSyncSkipsUnwrittenValueLog(t *testing.T) {
 		}
 		if got := round(fmt.Sprint("big", i), big); got[".vlog"] != 1 || got[".mem"] != 1 {
 			t.Fatalf("a value of %d bytes: fsynced %v, want the write-ahead log and the value log", big, got)
+		}
+	}
+}
+
+// countFsyncs makes Sync count its fsyncs of s's logs in synced, by
+// key(path), under mu; with real, it fsyncs them too.
+func countFsyncs(s kv.Store, key func(string) string, real bool) (mu *sync.Mutex, synced map[string]int) {
+	mu, synced = new(sync.Mutex), map[string]int{}
+	kv.SetLogFsync(s, func(path string) error {
+		mu.Lock()
+		synced[key(path)]++
+		mu.Unlock()
+		if !real {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+	return mu, synced
+}
+
+// writeBigSmall commits n transactions, each of 8 values of 8 KiB (the
+// value log) and 8 of 500 bytes (the write-ahead log), under keys of round.
+func writeBigSmall(t *testing.T, s kv.Store, round, n int) {
+	t.Helper()
+	for i := range n {
+		err := s.Update(context.Background(), func(tx kv.Txn) error {
+			for j := range 8 {
+				k := fmt.Sprintf("r%d/%03d/%d", round, i, j)
+				if err := tx.Set([]byte("big/"+k), make([]byte, 8<<10)); err != nil {
+					return err
+				}
+				if err := tx.Set([]byte("small/"+k), make([]byte, 500)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
 }

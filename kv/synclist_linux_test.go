@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -24,14 +23,7 @@ func TestSyncListsOnlyAfterNameChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	var mu sync.Mutex
-	synced := map[string]int{}
-	kv.SetLogFsync(s, func(path string) error {
-		mu.Lock()
-		synced[filepath.Base(path)]++
-		mu.Unlock()
-		return nil
-	})
+	mu, synced := countFsyncs(s, filepath.Base, false)
 	commitAndSync := func() {
 		t.Helper()
 		if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte("k"), make([]byte, 100)) }); err != nil {

@@ -232,6 +232,7 @@ func renderMarkdown(r *Results) string {
 			}
 			p("\n")
 		}
+		seqClientSys(p, r.Seq)
 	}
 
 	// 3. Metadata.
@@ -390,4 +391,34 @@ func shorten(s string) string {
 		s = strings.ToValidUTF8(s[:head]+" … "+s[len(s)-tail:], "")
 	}
 	return s
+}
+
+// seqClientSys prints nfs-cp's own system CPU time per read beside its
+// read throughput: the figure that tells a slow read of the client's
+// making from one of the server's.
+func seqClientSys(p func(string, ...any), rows []seqRow) {
+	var some bool
+	for _, s := range rows {
+		some = some || s.ClientSys.N > 0
+	}
+	if !some {
+		return
+	}
+	p("nfs-cp's own system CPU time per read of the file (ms; mostly its copy into the new file in /dev/shm, which costs more when the machine gave the memory back to its host; runs in order, read MiB/s in brackets):\n\n")
+	p("| server | client system CPU, median (min–max) | per run |\n|---|---|---|\n")
+	for _, s := range rows {
+		if s.ClientSys.N == 0 {
+			continue
+		}
+		var runs []string
+		for i, v := range s.ClientSys.Values {
+			r := ""
+			if i < len(s.Read.Values) {
+				r = fmt.Sprintf(" [%s]", num(s.Read.Values[i]))
+			}
+			runs = append(runs, num(v)+r)
+		}
+		p("| %s | %s | %s |\n", s.Server, mmm(s.ClientSys), strings.Join(runs, ", "))
+	}
+	p("\n")
 }

@@ -66,6 +66,22 @@ func TestRenderNamesMissedTargets(t *testing.T) {
 	}
 }
 
+// TestRenderClientSys checks that nfs-cp rows get their client's system
+// time per read, run by run beside the read figure, and Go rows none.
+func TestRenderClientSys(t *testing.T) {
+	r := &Results{Seq: []seqRow{
+		{Server: "nfs-ganesha (VFS)", Client: "nfs-cp (libnfs)", Read: stats.Summarize([]float64{1400, 600}), ClientSys: stats.Summarize([]float64{100, 350})},
+		{Server: "branchnfs main", Client: "Go", Read: stats.Summarize([]float64{2000}), ReadCPU: stats.Summarize([]float64{400})},
+	}}
+	md := renderMarkdown(r)
+	if !strings.Contains(md, "| nfs-ganesha (VFS) | 225 (100–350) | 100 [1400], 350 [600] |") {
+		t.Errorf("client system time row missing or wrong:\n%s", md)
+	}
+	if strings.Contains(md, "| branchnfs main | 0") {
+		t.Errorf("a Go-client row got a client system time:\n%s", md)
+	}
+}
+
 func TestStatCPU(t *testing.T) {
 	// A command name with a space and a parenthesis, utime 250 and stime
 	// 75 ticks.
