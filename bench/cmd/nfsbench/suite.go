@@ -787,9 +787,7 @@ func (s *suite) seq(peers []peer) {
 	for _, pa := range accs {
 		for _, a := range pa {
 			a.row.Write, a.row.Read, a.row.ReadCPU = stats.Summarize(a.w), stats.Summarize(a.r), stats.Summarize(a.cpu)
-			if len(a.sys) > 0 {
-				a.row.ClientSys = stats.Summarize(a.sys)
-			}
+			a.row.ClientSys = stats.Summarize(a.sys)
 			s.res.Seq = append(s.res.Seq, a.row)
 		}
 	}
