@@ -46,9 +46,30 @@ func unprivilegedPortStart() int {
 }
 
 // socketUID finds the owner of the client's end of a connection, the TCP
-// socket bound to peer and connected to server, in /proc/net/tcp and
-// /proc/net/tcp6.
+// socket bound to peer and connected to server: by asking the kernel for
+// that one socket (sock_diag), or where the kernel cannot answer that, in
+// /proc/net/tcp and /proc/net/tcp6.
 func socketUID(peer, server *net.TCPAddr) (uint32, error) {
+	uid, ok, err := diagUID(peer, server)
+	if err == nil {
+		if ok {
+			return uid, nil
+		}
+		return 0, errNotLocal(peer)
+	}
+	return procUID(peer, server)
+}
+
+func errNotLocal(peer *net.TCPAddr) error {
+	return fmt.Errorf("peer %s is not a socket of this machine (or of this network namespace) and its port is unprivileged", peer)
+}
+
+// procUID is socketUID by a scan of /proc/net/tcp and /proc/net/tcp6. The
+// kernel writes those files out by walking its whole table of connected
+// sockets, a millisecond or two on a machine with much memory whatever
+// the number of sockets: a client that opens a connection per file paid
+// for it on every file.
+func procUID(peer, server *net.TCPAddr) (uint32, error) {
 	var keys [][2]string
 	if ip4 := peer.IP.To4(); ip4 != nil && server.IP.To4() != nil {
 		keys = append(keys, [2]string{procAddr(ip4, peer.Port), procAddr(server.IP.To4(), server.Port)})
@@ -63,7 +84,7 @@ func socketUID(peer, server *net.TCPAddr) (uint32, error) {
 			return uid, nil
 		}
 	}
-	return 0, fmt.Errorf("peer %s is not a socket of this machine (or of this network namespace) and its port is unprivileged", peer)
+	return 0, errNotLocal(peer)
 }
 
 // procAddr formats an address as /proc/net/tcp does: each 32-bit word of

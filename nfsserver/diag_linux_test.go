@@ -1,0 +1,54 @@
+package nfsserver
+
+import (
+	"net"
+	"os"
+	"testing"
+)
+
+// TestDiagUID checks the kernel's answer for a connection's client socket
+// against /proc's, for IPv4 and (where the machine has it) IPv6, and that a
+// socket that does not exist is reported as absent, not as an error.
+func TestDiagUID(t *testing.T) {
+	for _, network := range []struct{ name, addr string }{{"tcp4", "127.0.0.1:0"}, {"tcp6", "[::1]:0"}} {
+		t.Run(network.name, func(t *testing.T) {
+			ln, err := net.Listen(network.name, network.addr)
+			if err != nil {
+				if network.name == "tcp6" && os.Getenv("CI") != "true" {
+					t.Skipf("no IPv6 loopback here: %v", err)
+				}
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			c, err := net.Dial(network.name, ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			peer, server := c.LocalAddr().(*net.TCPAddr), ln.Addr().(*net.TCPAddr)
+			uid, ok, err := diagUID(peer, server)
+			if err != nil || !ok {
+				t.Fatalf("diagUID(%v, %v) = %d, %v, %v; want the client socket found", peer, server, uid, ok, err)
+			}
+			if want := uint32(os.Geteuid()); uid != want {
+				t.Errorf("diagUID = uid %d, want %d", uid, want)
+			}
+			if puid, err := procUID(peer, server); err != nil || puid != uid {
+				t.Errorf("procUID = %d, %v; diagUID said %d", puid, err, uid)
+			}
+			// The same ports the other way round name the server's
+			// accepted socket only if one was accepted; none was.
+			absent := &net.TCPAddr{IP: peer.IP, Port: peer.Port}
+			other := &net.TCPAddr{IP: server.IP, Port: server.Port + 1}
+			if server.Port == 65535 {
+				other.Port = 1
+			}
+			if uid, ok, err := diagUID(absent, other); err != nil || ok {
+				t.Errorf("diagUID of a socket that does not exist = %d, %v, %v; want not found", uid, ok, err)
+			}
+			if _, err := socketUID(absent, other); err == nil {
+				t.Error("socketUID of a socket that does not exist: no error")
+			}
+		})
+	}
+}
