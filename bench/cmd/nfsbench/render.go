@@ -199,12 +199,12 @@ func renderMarkdown(r *Results) string {
 				extra = " (error: " + shorten(s.Error) + ")"
 			}
 			p("| %s | %s | %s | %s | %s | %s | %d%s |\n", s.Server, s.Client, mmm(s.Write), ratio(s.Write, g.Write), mmm(s.Read), ratio(s.Read, g.Read), s.Verified, extra)
-			if strings.HasPrefix(s.Server, "branchnfs") && !strings.Contains(s.Server, "in-process") && g.Write.N > 0 {
+			if strings.HasPrefix(s.Server, "branchnfs") && !strings.Contains(s.Server, "in-process") && (g.Write.N > 0 || g.Read.N > 0) {
 				for _, x := range []struct {
 					what   string
 					a, ref stats.Summary
 				}{{"write", s.Write, g.Write}, {"read", s.Read, g.Read}} {
-					if x.a.N == 0 && strings.Contains(s.Server, "inherited") {
+					if x.a.N == 0 && (x.ref.N == 0 || strings.Contains(s.Server, "inherited")) {
 						continue // read-only row
 					}
 					if x.a.N == 0 || x.a.Median < x.ref.Median {
@@ -393,8 +393,8 @@ func shorten(s string) string {
 	return s
 }
 
-// seqClientSys prints nfs-cp's own system CPU time per read beside its
-// read throughput: the figure that tells a slow read of the client's
+// seqClientSys prints the libnfs tools' own system CPU time per read beside
+// their read throughput: the figure that tells a slow read of the client's
 // making from one of the server's.
 func seqClientSys(p func(string, ...any), rows []seqRow) {
 	var some bool
@@ -404,8 +404,8 @@ func seqClientSys(p func(string, ...any), rows []seqRow) {
 	if !some {
 		return
 	}
-	p("nfs-cp's own system CPU time per read of the file (ms; mostly its copy into the new file in /dev/shm, which costs more when the machine gave the memory back to its host; runs in order, read MiB/s in brackets):\n\n")
-	p("| server | client system CPU, median (min–max) | per run |\n|---|---|---|\n")
+	p("The libnfs tools' own system CPU time per read of the file (ms; for nfs-cp mostly its copy into the new file in /dev/shm, which costs more when the machine gave the memory back to its host; runs in order, read MiB/s in brackets):\n\n")
+	p("| server | client | client system CPU, median (min–max) | per run |\n|---|---|---|---|\n")
 	for _, s := range rows {
 		if s.ClientSys.N == 0 {
 			continue
@@ -418,7 +418,7 @@ func seqClientSys(p func(string, ...any), rows []seqRow) {
 			}
 			runs = append(runs, num(v)+r)
 		}
-		p("| %s | %s | %s |\n", s.Server, mmm(s.ClientSys), strings.Join(runs, ", "))
+		p("| %s | %s | %s | %s |\n", s.Server, s.Client, mmm(s.ClientSys), strings.Join(runs, ", "))
 	}
 	p("\n")
 }

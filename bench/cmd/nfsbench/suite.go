@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -726,11 +727,12 @@ func (s *suite) seq(peers []peer) {
 		row  seqRow
 		w, r []float64
 		cpu  []float64 // server CPU ms per GiB read
-		sys  []float64 // nfs-cp's system CPU ms per read
+		sys  []float64 // the libnfs tool's system CPU ms per read
 	}
-	accs := make([][2]*acc, len(peers))
+	accs := make([][3]*acc, len(peers))
 	for i, p := range peers {
-		accs[i] = [2]*acc{{row: seqRow{Server: p.label, Client: goClient}}, {row: seqRow{Server: p.label, Client: "nfs-cp (libnfs)"}}}
+		accs[i] = [3]*acc{{row: seqRow{Server: p.label, Client: goClient}}, {row: seqRow{Server: p.label, Client: "nfs-cp (libnfs)"}},
+			{row: seqRow{Server: p.label, Client: catClient}}}
 	}
 	mib := float64(size) / (1 << 20)
 	// An untimed write and read first: the first read of the section, into
@@ -769,17 +771,25 @@ func (s *suite) seq(peers []peer) {
 				fresh()
 				want := sha256.Sum256(data)
 				err := os.WriteFile(src, data, 0o644)
-				var wt, rt, sys time.Duration
+				var cp cpResult
 				if err == nil {
-					wt, rt, sys, err = s.nfsCp(p, fmt.Sprintf("cp%d.bin", run), src, back, want)
+					cp, err = s.nfsCp(p, fmt.Sprintf("cp%d.bin", run), src, back, want, data, accs[i][2].row.Error == "")
 				}
 				if err != nil {
 					a.row.Error = err.Error()
 					s.fail("seq nfs-cp "+p.label, err)
 				} else {
-					a.w, a.r = append(a.w, mib/wt.Seconds()), append(a.r, mib/rt.Seconds())
-					a.sys = append(a.sys, float64(sys.Milliseconds()))
+					a.w, a.r = append(a.w, mib/cp.write.Seconds()), append(a.r, mib/cp.read.Seconds())
+					a.sys = append(a.sys, float64(cp.sys.Milliseconds()))
 					a.row.Verified++
+				}
+				if c := accs[i][2]; cp.catErr != nil {
+					c.row.Error = cp.catErr.Error()
+					s.fail("seq nfs-cat "+p.label, cp.catErr)
+				} else if cp.cat > 0 {
+					c.r = append(c.r, mib/cp.cat.Seconds())
+					c.sys = append(c.sys, float64(cp.catSys.Milliseconds()))
+					c.row.Verified++
 				}
 			}
 		}
@@ -850,14 +860,30 @@ func (s *suite) seqDirect(data []byte) {
 	s.res.Seq = append(s.res.Seq, row)
 }
 
+// catClient names the rows of nfs-cat's reads.
+const catClient = "nfs-cat (libnfs), into a pipe"
+
+// cpResult is one nfs-cp round trip and, when asked for, one nfs-cat read.
+type cpResult struct {
+	write, read time.Duration // nfs-cp's copy to the export and back
+	sys         time.Duration // the reading nfs-cp's system CPU time
+	cat, catSys time.Duration // nfs-cat's read and its system CPU time
+	catErr      error
+}
+
 // nfsCp copies src to the export with nfs-cp and back, checks the digest of
-// the copy, and removes the remote file. sys is the reading nfs-cp's
-// system CPU time.
-func (s *suite) nfsCp(p peer, name, src, back string, want [32]byte) (wt, rt, sys time.Duration, err error) {
+// the copy, then (with cat) reads the file again with nfs-cat into a pipe
+// whose other end compares it with data, and removes the remote file.
+//
+// nfs-cat reads as nfs-cp does, libnfs's synchronous 1 MiB preads, but
+// writes what it reads to a pipe instead of to the pages of a new file in
+// /dev/shm: its figure is the server's and libnfs's, not that of a copy
+// whose cost depends on whether the machine's host took the memory back.
+func (s *suite) nfsCp(p peer, name, src, back string, want [32]byte, data []byte, cat bool) (res cpResult, err error) {
 	url := p.srv.url(p.t, name)
 	t0 := time.Now()
 	out, err := exec.Command("nfs-cp", src, url).CombinedOutput()
-	wt = time.Since(t0)
+	res.write = time.Since(t0)
 	if err == nil {
 		// The last run's copy goes only now, right before the read that
 		// writes this one: the read's client then writes into memory
@@ -872,23 +898,75 @@ func (s *suite) nfsCp(p peer, name, src, back string, want [32]byte) (wt, rt, sy
 		cmd := exec.Command("nfs-cp", url, back)
 		out2, err = cmd.CombinedOutput()
 		out = append(out, out2...)
-		rt = time.Since(t0)
+		res.read = time.Since(t0)
 		if cmd.ProcessState != nil {
-			sys = cmd.ProcessState.SystemTime()
+			res.sys = cmd.ProcessState.SystemTime()
 		}
 	}
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+		return res, fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
 	}
 	got, err := fileSHA(back)
 	if err != nil || got != want {
-		return 0, 0, 0, fmt.Errorf("checksum mismatch after nfs-cp round trip (err %v)", err)
+		return res, fmt.Errorf("checksum mismatch after nfs-cp round trip (err %v)", err)
+	}
+	if cat {
+		res.cat, res.catSys, res.catErr = nfsCat(url, data)
 	}
 	if c, err := nfsclient.Dial(p.t); err == nil {
 		c.Remove(c.Root, name)
 		c.Close()
 	}
-	return wt, rt, sys, nil
+	return res, nil
+}
+
+// nfsCat reads url with nfs-cat into a pipe and checks every byte against
+// want as it arrives. It returns the time from start to the last byte
+// and nfs-cat's system CPU time.
+func nfsCat(url string, want []byte) (d, sys time.Duration, err error) {
+	cmd := exec.Command("nfs-cat", url)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, 0, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if f, ok := stdout.(*os.File); ok {
+		growPipe(f) // fewer wake-ups of nfs-cat per 1 MiB it writes
+	}
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	buf := make([]byte, 1<<20)
+	var off int
+	var mismatch error
+	for {
+		n, rerr := stdout.Read(buf)
+		if n > 0 && mismatch == nil {
+			if off+n > len(want) || !bytes.Equal(buf[:n], want[off:off+n]) {
+				mismatch = fmt.Errorf("nfs-cat: content differs within bytes %d-%d", off, off+n)
+			}
+		}
+		off += n
+		if rerr != nil {
+			break
+		}
+	}
+	werr := cmd.Wait()
+	d = time.Since(t0)
+	if cmd.ProcessState != nil {
+		sys = cmd.ProcessState.SystemTime()
+	}
+	switch {
+	case werr != nil:
+		return 0, 0, fmt.Errorf("nfs-cat: %v: %s", werr, strings.TrimSpace(stderr.String()))
+	case mismatch != nil:
+		return 0, 0, mismatch
+	case off != len(want):
+		return 0, 0, fmt.Errorf("nfs-cat: read %d bytes, want %d", off, len(want))
+	}
+	return d, sys, nil
 }
 
 func shmDir(fallback string) string {

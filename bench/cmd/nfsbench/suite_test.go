@@ -38,6 +38,11 @@ func TestRenderNamesMissedTargets(t *testing.T) {
 		Seq: []seqRow{
 			{Server: "nfs-ganesha (VFS)", Client: "c", Write: stats.Summarize([]float64{100}), Read: stats.Summarize([]float64{1000}), ReadCPU: stats.Summarize([]float64{400})},
 			{Server: "branchnfs main", Client: "c", Write: stats.Summarize([]float64{150}), Read: stats.Summarize([]float64{500}), ReadCPU: stats.Summarize([]float64{800})},
+			// Read-only rows: one below ganesha's, one above.
+			{Server: "nfs-ganesha (VFS)", Client: catClient, Read: stats.Summarize([]float64{1000})},
+			{Server: "branchnfs main", Client: catClient, Read: stats.Summarize([]float64{900})},
+			{Server: "nfs-ganesha (VFS)", Client: "d", Read: stats.Summarize([]float64{1000})},
+			{Server: "branchnfs depth 3", Client: "d", Read: stats.Summarize([]float64{1100})},
 		},
 		Storage: []branchops.GrowthResult{{Workload: "EDIT16", AddedMiB: 0.1}, {Workload: "Prepend", AddedMiB: 1}},
 		Memory:  []memRow{{Phase: "p", PeakRSS: 500 << 20}},
@@ -48,12 +53,12 @@ func TestRenderNamesMissedTargets(t *testing.T) {
 		t.Fatalf("no closing section:\n%s", md)
 	}
 	missed := md[i:]
-	for _, want := range []string{"commit 1KB p50 in-process at 100 files", "sequential read, branchnfs main", "storage Prepend", "server memory during p"} {
+	for _, want := range []string{"commit 1KB p50 in-process at 100 files", "sequential read, branchnfs main, c:", "sequential read, branchnfs main, " + catClient, "storage Prepend", "server memory during p"} {
 		if !strings.Contains(missed, want) {
 			t.Errorf("missed targets lack %q:\n%s", want, missed)
 		}
 	}
-	for _, notWant := range []string{"fork p50", "sequential write", "storage EDIT16", "abort"} {
+	for _, notWant := range []string{"fork p50", "sequential write", "branchnfs depth 3", "storage EDIT16", "abort"} {
 		if strings.Contains(missed, notWant) {
 			t.Errorf("missed targets name %q, which met its target:\n%s", notWant, missed)
 		}
@@ -66,18 +71,24 @@ func TestRenderNamesMissedTargets(t *testing.T) {
 	}
 }
 
-// TestRenderClientSys checks that nfs-cp rows get their client's system
+// TestRenderClientSys checks that libnfs rows get their client's system
 // time per read, run by run beside the read figure, and Go rows none.
 func TestRenderClientSys(t *testing.T) {
 	r := &Results{Seq: []seqRow{
 		{Server: "nfs-ganesha (VFS)", Client: "nfs-cp (libnfs)", Read: stats.Summarize([]float64{1400, 600}), ClientSys: stats.Summarize([]float64{100, 350})},
+		{Server: "nfs-ganesha (VFS)", Client: catClient, Read: stats.Summarize([]float64{1500}), ClientSys: stats.Summarize([]float64{40})},
 		{Server: "branchnfs main", Client: "Go", Read: stats.Summarize([]float64{2000}), ReadCPU: stats.Summarize([]float64{400})},
 	}}
 	md := renderMarkdown(r)
-	if !strings.Contains(md, "| nfs-ganesha (VFS) | 225 (100–350) | 100 [1400], 350 [600] |") {
-		t.Errorf("client system time row missing or wrong:\n%s", md)
+	for _, want := range []string{
+		"| nfs-ganesha (VFS) | nfs-cp (libnfs) | 225 (100–350) | 100 [1400], 350 [600] |",
+		"| nfs-ganesha (VFS) | " + catClient + " | 40.0 (40.0–40.0) | 40.0 [1500] |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("client system time row %q missing or wrong:\n%s", want, md)
+		}
 	}
-	i := strings.Index(md, "nfs-cp's own system CPU")
+	i := strings.Index(md, "The libnfs tools' own system CPU")
 	if i < 0 {
 		t.Fatalf("no client system time table:\n%s", md)
 	}
