@@ -38,8 +38,8 @@
 // # Identity and permissions
 //
 // On Linux only the kernel's NFS client (a privileged source port) and
-// programs of Options.AllowUIDs (the peer socket's owner, from
-// /proc/net/tcp) may connect; others are refused (peer_linux.go).
+// programs of Options.AllowUIDs (the peer socket's owner, from sock_diag
+// or /proc/net/tcp) may connect; others are refused (peer_linux.go).
 // AUTH_UNIX credentials are checked against POSIX mode bits on every
 // operation (perm.go); AUTH_NULL callers are Options.AnonUID/AnonGID. cowfs
 // checks nothing itself. Two rules follow macOS's client: a create may name
