@@ -71,6 +71,11 @@ type Options struct {
 	// time, and back as soon as two overlap (procs.go). A program that
 	// runs other work beside the server should leave it off.
 	AdaptProcs bool
+	// KeepPacing leaves a loopback connection's TCP congestion control
+	// as the system chose it. By default, on Linux, a loopback connection
+	// whose congestion control paces its sending (bbr) is switched to
+	// reno (pacing.go).
+	KeepPacing bool
 }
 
 // Defaults of Options.
@@ -255,6 +260,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			break
 		}
 		backoff = 0
+		if !s.opts.KeepPacing {
+			s.unpaceLoopback(nc)
+		}
 		c := s.newConn(nc)
 		s.mu.Lock()
 		if len(s.conns) >= s.opts.MaxConnections {
@@ -852,6 +860,7 @@ func (s *Server) invoke(r *request, pi procInfo, prog uint32, d *decoder, e *enc
 // counters are the live metrics.
 type counters struct {
 	conns, refused, requests, garbage, panics atomic.Uint64
+	unpaced                                   atomic.Uint64
 	nfsErrors, throttled, acceptErrors        atomic.Uint64
 	slowRecords, handOffs                     atomic.Uint64
 	bytesRead, bytesWritten                   atomic.Uint64
@@ -878,6 +887,7 @@ type Metrics struct {
 	Throttled       uint64            // times a connection stopped being read until its replies drained
 	AcceptErrors    uint64            // temporary accept failures (such as EMFILE), retried
 	SlowRecords     uint64            // connections closed because a request did not arrive whole in time
+	Unpaced         uint64            // loopback connections switched from a pacing congestion control (Options.KeepPacing)
 	HandOffs        uint64            // calls run on a connection's reading goroutine that took long enough for another to take over the reading
 	ProcsLowered    uint64            // times the Go runtime's processors were set to one (Options.AdaptProcs)
 	ProcsRaised     uint64            // times they were set back
@@ -905,6 +915,7 @@ func (s *Server) Metrics() Metrics {
 		Throttled:       m.throttled.Load(),
 		AcceptErrors:    m.acceptErrors.Load(),
 		SlowRecords:     m.slowRecords.Load(),
+		Unpaced:         m.unpaced.Load(),
 		HandOffs:        m.handOffs.Load(),
 		Requests:        m.requests.Load(),
 		InFlight:        m.inFlight.Load(),
