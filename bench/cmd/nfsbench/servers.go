@@ -166,6 +166,16 @@ func (s *server) cpuSeconds() float64 {
 	return statCPU(b)
 }
 
+// selfCPUSeconds returns this process's CPU time (user + system, all
+// threads) in seconds, 0 if the system cannot say.
+func selfCPUSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
 // statCPU returns utime + stime, in seconds, of a /proc/PID/stat line, 0
 // when it does not parse. The fields after the command name (which may
 // hold spaces and parentheses) start with the state; utime and stime are

@@ -84,6 +84,11 @@ type seqRow struct {
 	// threads) per GiB over the read phase, Go client rows only: unlike
 	// MiB/s it hardly depends on what else runs on the machine.
 	ReadCPU stats.Summary `json:"server_cpu_ms_per_gib_read"`
+	// ClientCPU is the benchmark process's own CPU time per GiB over the
+	// same phase, Go client rows only: what receiving the server's
+	// replies cost the client, which competes with the server for the
+	// machine's CPUs.
+	ClientCPU stats.Summary `json:"client_cpu_ms_per_gib_read,omitzero"`
 	// ClientSys is nfs-cp's own system CPU time over its read, in ms,
 	// nfs-cp rows only. Most of it is the copy into the new file in
 	// /dev/shm, and on a guest that hands freed memory back to its host
@@ -727,6 +732,7 @@ func (s *suite) seq(peers []peer) {
 		row  seqRow
 		w, r []float64
 		cpu  []float64 // server CPU ms per GiB read
+		self []float64 // the benchmark's own CPU ms per GiB read
 		sys  []float64 // the libnfs tool's system CPU ms per read
 	}
 	accs := make([][3]*acc, len(peers))
@@ -756,12 +762,16 @@ func (s *suite) seq(peers []peer) {
 			if a := accs[i][0]; a.row.Error == "" {
 				s.logf("seq %s go client run %d", p.label, run+1)
 				fresh()
-				var cpu0, cpu float64
+				var cpu0, cpu, self0, self float64
 				res, err := workload.Seq(p.t, data, workload.SeqOptions{Name: "seq.bin", ReqSize: s.cfg.ReqSize, Conns: s.cfg.Conns, Depth: s.cfg.Depth, Back: s.back,
-					BeforeRead: func() { cpu0 = p.srv.cpuSeconds() },
-					AfterRead:  func() { cpu = p.srv.cpuSeconds() - cpu0 }})
+					BeforeRead: func() { cpu0, self0 = p.srv.cpuSeconds(), selfCPUSeconds() },
+					AfterRead:  func() { cpu, self = p.srv.cpuSeconds()-cpu0, selfCPUSeconds()-self0 }})
+				gib := float64(size) / (1 << 30)
 				if err == nil && cpu0 > 0 {
-					a.cpu = append(a.cpu, cpu*1000/(float64(size)/(1<<30)))
+					a.cpu = append(a.cpu, cpu*1000/gib)
+				}
+				if err == nil && self0 > 0 {
+					a.self = append(a.self, self*1000/gib)
 				}
 				if err != nil {
 					a.row.Error = err.Error()
@@ -813,7 +823,7 @@ func (s *suite) seq(peers []peer) {
 	for _, pa := range accs {
 		for _, a := range pa {
 			a.row.Write, a.row.Read, a.row.ReadCPU = stats.Summarize(a.w), stats.Summarize(a.r), stats.Summarize(a.cpu)
-			a.row.ClientSys = stats.Summarize(a.sys)
+			a.row.ClientSys, a.row.ClientCPU = stats.Summarize(a.sys), stats.Summarize(a.self)
 			s.res.Seq = append(s.res.Seq, a.row)
 		}
 	}

@@ -36,8 +36,8 @@ func TestRenderNamesMissedTargets(t *testing.T) {
 			Abort:  stats.Summarize([]float64{10}),
 			Commit: map[string]stats.Summary{"1KB": stats.Summarize([]float64{1500, 1600, 1700})}}},
 		Seq: []seqRow{
-			{Server: "nfs-ganesha (VFS)", Client: "c", Write: stats.Summarize([]float64{100}), Read: stats.Summarize([]float64{1000}), ReadCPU: stats.Summarize([]float64{400})},
-			{Server: "branchnfs main", Client: "c", Write: stats.Summarize([]float64{150}), Read: stats.Summarize([]float64{500}), ReadCPU: stats.Summarize([]float64{800})},
+			{Server: "nfs-ganesha (VFS)", Client: "c", Write: stats.Summarize([]float64{100}), Read: stats.Summarize([]float64{1000}), ReadCPU: stats.Summarize([]float64{400}), ClientCPU: stats.Summarize([]float64{200})},
+			{Server: "branchnfs main", Client: "c", Write: stats.Summarize([]float64{150}), Read: stats.Summarize([]float64{500}), ReadCPU: stats.Summarize([]float64{800}), ClientCPU: stats.Summarize([]float64{300})},
 			// Read-only rows: one below ganesha's, one above.
 			{Server: "nfs-ganesha (VFS)", Client: catClient, Read: stats.Summarize([]float64{1000})},
 			{Server: "branchnfs main", Client: catClient, Read: stats.Summarize([]float64{900})},
@@ -66,7 +66,7 @@ func TestRenderNamesMissedTargets(t *testing.T) {
 	if !strings.Contains(md, "| branchnfs main | c | 150 (150–150) | 1.50× |") {
 		t.Errorf("throughput row or ratio wrong:\n%s", md)
 	}
-	if !strings.Contains(md, "| branchnfs main | 800 (800–800) | 2.00× |") {
+	if !strings.Contains(md, "| branchnfs main | 800 (800–800) | 2.00× | 300 (300–300) | 1.50× |") {
 		t.Errorf("server CPU row or ratio wrong:\n%s", md)
 	}
 }
