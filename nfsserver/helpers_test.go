@@ -71,6 +71,34 @@ func startServer(tb testing.TB, b Branches, tweak func(*Server)) (*Server, strin
 	return s, ln.Addr().String()
 }
 
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(tb testing.TB) (server, client net.Conn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return dialAccept(tb, ln)
+}
+
+// dialAccept dials ln and accepts the connection: both ends, closed when
+// the test ends.
+func dialAccept(tb testing.TB, ln net.Listener) (server, client net.Conn) {
+	tb.Helper()
+	client, err := net.Dial(ln.Addr().Network(), ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { client.Close() })
+	server, err = ln.Accept()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { server.Close() })
+	return server, client
+}
+
 // rawClient speaks RPC over one TCP connection and matches replies by XID.
 type rawClient struct {
 	tb  testing.TB

@@ -56,17 +56,7 @@ func congestion(t *testing.T, c net.Conn) string {
 func TestUnpace(t *testing.T) {
 	for _, tc := range []struct{ cc, wantTo string }{{"bbr", "reno"}, {"reno", ""}} {
 		t.Run(tc.cc, func(t *testing.T) {
-			ln := listenCC(t, tc.cc)
-			c, err := net.Dial("tcp4", ln.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			sc, err := ln.Accept()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sc.Close()
+			sc, _ := dialAccept(t, listenCC(t, tc.cc))
 			if got := congestion(t, sc); got != tc.cc {
 				t.Fatalf("accepted connection on %s, want %s inherited from the listener", got, tc.cc)
 			}

@@ -12,21 +12,7 @@ import (
 // arrive whole and in order across writes, a read deadline ends a read
 // that waits with a timeout error, and the peer's close reads as io.EOF.
 func TestConnReader(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	peer, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	nc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc, peer := tcpPair(t)
 	r := connReader(nc)
 	if _, ok := r.(*rawReader); !ok {
 		t.Fatalf("connReader of a TCP connection is %T, want *rawReader", r)
