@@ -54,27 +54,7 @@ func TestPeerUIDFilter(t *testing.T) {
 	})
 	t.Run("process of another user refused", func(t *testing.T) {
 		s, addr := startServer(t, fakeStore(), nil) // default: this uid (root) and root
-		// The helper is this test binary, copied where uid 54321 may run it.
-		dir, err := os.MkdirTemp("", "bnfs-peer")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		if err := os.Chmod(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		bin := filepath.Join(dir, "nfsserver.test")
-		b, err := os.ReadFile(os.Args[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(bin, b, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "-test.run=^TestPeerHelperProcess$")
-		cmd.Env = append(os.Environ(), "BNFS_PEER_ADDR="+addr)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 54321, Gid: 54321}}
-		out, err := cmd.CombinedOutput()
+		out, err := runTestAs(t, 54321, "TestPeerHelperProcess", "BNFS_PEER_ADDR="+addr)
 		if err != nil || !strings.Contains(string(out), "answered=false") {
 			t.Fatalf("client as uid 54321: %v\n%s", err, out)
 		}
@@ -85,6 +65,33 @@ func TestPeerUIDFilter(t *testing.T) {
 			t.Fatalf("root's client not served: %v", err)
 		}
 	})
+}
+
+// runTestAs runs test (a test function of this package) in a copy of this
+// test binary as uid (and gid) uid, with env added to its environment,
+// and returns its output. The caller must be root.
+func runTestAs(t *testing.T, uid uint32, test string, env ...string) ([]byte, error) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "bnfs-as")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "nfsserver.test")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	return cmd.CombinedOutput()
 }
 
 // TestPeerHelperProcess is the client of another user in TestPeerUIDFilter.
