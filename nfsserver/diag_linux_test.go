@@ -53,6 +53,12 @@ func TestDiagUID(t *testing.T) {
 	}
 }
 
+// TestDiagUIDUnprivileged runs TestDiagUID as a user who is not root, as
+// users run the server: sock_diag must answer them too.
+func TestDiagUIDUnprivileged(t *testing.T) {
+	passesUnprivileged(t, "TestDiagUID", "TestDiagUID/tcp4", TestDiagUID)
+}
+
 // BenchmarkSocketUID times finding a connection's client socket owner, by
 // sock_diag and by the /proc scan it replaced (the cost every new
 // connection from an unprivileged port pays before its first call).

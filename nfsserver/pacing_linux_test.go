@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -79,14 +78,7 @@ func TestUnpace(t *testing.T) {
 // TestUnpaceUnprivileged runs TestUnpace as a user who is not root, as
 // users run the server: reno must be open to them.
 func TestUnpaceUnprivileged(t *testing.T) {
-	if os.Geteuid() != 0 {
-		TestUnpace(t) // already not root
-		return
-	}
-	out, err := runTestAs(t, 54321, "TestUnpace")
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestUnpace/bbr") {
-		t.Fatalf("TestUnpace as uid 54321: %v\n%s", err, out)
-	}
+	passesUnprivileged(t, "TestUnpace", "TestUnpace/bbr", TestUnpace)
 }
 
 // TestServeUnpacesLoopback: the server switches its loopback connections

@@ -94,6 +94,21 @@ func runTestAs(t *testing.T, uid uint32, test string, env ...string) ([]byte, er
 	return cmd.CombinedOutput()
 }
 
+// passesUnprivileged runs test as a user who is not root and checks that
+// its subtest (or test) want passed, not skipped: as root through
+// runTestAs as uid 54321, otherwise by calling fn.
+func passesUnprivileged(t *testing.T, test, want string, fn func(*testing.T)) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		fn(t) // already not root
+		return
+	}
+	out, err := runTestAs(t, 54321, test)
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+want+" ") {
+		t.Fatalf("%s as uid 54321: %v\n%s", test, err, out)
+	}
+}
+
 // TestPeerHelperProcess is the client of another user in TestPeerUIDFilter.
 func TestPeerHelperProcess(t *testing.T) {
 	addr := os.Getenv("BNFS_PEER_ADDR")
