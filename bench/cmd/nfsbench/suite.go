@@ -827,11 +827,9 @@ func (s *suite) seq(peers []peer) {
 			s.res.Seq = append(s.res.Seq, a.row)
 		}
 	}
-	for _, p := range peers {
-		if p.label == inheritedPeer {
-			inh.row.Read = stats.Summarize(inh.r)
-			s.res.Seq = append(s.res.Seq, inh.row)
-		}
+	if inh.row.Verified > 0 || inh.row.Error != "" { // the peer ran
+		inh.row.Read = stats.Summarize(inh.r)
+		s.res.Seq = append(s.res.Seq, inh.row)
 	}
 	if s.bnfs != "" {
 		s.seqDirect(base)
