@@ -2,12 +2,14 @@ package nfsserver
 
 import (
 	"context"
+	"fmt"
 	"net"
-	"os"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/branchnfs/branchnfs/internal/testbin"
 )
 
 // listenCC listens on loopback with congestion control cc, which the
@@ -26,10 +28,8 @@ func listenCC(t *testing.T, cc string) net.Listener {
 	}}
 	ln, err := lc.Listen(context.Background(), "tcp4", "127.0.0.1:0")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("cannot listen with congestion control %s: %v", cc, err)
-		}
-		t.Skipf("congestion control %s not available here: %v", cc, err)
+		testbin.Prerequisite(t, false, fmt.Sprintf("congestion control %s not available here (%v)", cc, err),
+			"load the tcp_"+cc+" module and list it in net.ipv4.tcp_allowed_congestion_control")
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln

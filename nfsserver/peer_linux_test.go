@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/branchnfs/branchnfs/internal/testbin"
 )
 
 // TestPeerUIDFilter: a userspace client (unprivileged source port) is
@@ -72,15 +74,7 @@ func TestPeerUIDFilter(t *testing.T) {
 // and returns its output. The caller must be root.
 func runTestAs(t *testing.T, uid uint32, test string, env ...string) ([]byte, error) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "bnfs-as")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "nfsserver.test")
+	bin := filepath.Join(testbin.SharedTempDir(t, "bnfs-as"), "nfsserver.test")
 	b, err := os.ReadFile(os.Args[0])
 	if err != nil {
 		t.Fatal(err)

@@ -253,15 +253,7 @@ func (c *EtcdCluster) Leader() (int, error) {
 // members' output if the test failed.
 func StartEtcd(t testing.TB, o EtcdOptions) *EtcdCluster {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "branchnfs-etcd-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	// MkdirTemp makes 0700 directories: open it to the members' user.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := SharedTempDir(t, "branchnfs-etcd-") // the members' user reads it
 	bin, err := Build(filepath.Join(dir, "bin"), "etcdmember", EtcdMember)
 	if err != nil {
 		t.Fatal(err)

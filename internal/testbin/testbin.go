@@ -79,6 +79,22 @@ func NeedRoot(t testing.TB, why string) {
 	Prerequisite(t, os.Geteuid() == 0, "not root: "+why, "run the tests as root")
 }
 
+// SharedTempDir makes a temporary directory that other users may enter
+// and read (MkdirTemp makes it 0700), for what a test runs as another
+// user, and removes it when the test ends.
+func SharedTempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // User is a uid with its primary and supplementary groups.
 type User struct {
 	UID, GID uint32

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	nfs "github.com/willscott/go-nfs-client/nfs"
+
+	"github.com/branchnfs/branchnfs/internal/testbin"
 )
 
 const (
@@ -32,15 +34,7 @@ func chunkData(f, i int) []byte {
 func mountTmpfs(t *testing.T, size int64, uid int) string {
 	t.Helper()
 	needRoot(t, "it mounts a small tmpfs to fill")
-	parent, err := os.MkdirTemp("", "bnfsfd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(parent) })
-	if err := os.Chmod(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(parent, "disk")
+	dir := filepath.Join(testbin.SharedTempDir(t, "bnfsfd"), "disk")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
