@@ -43,16 +43,23 @@ func NewClient(socket string) *Client {
 	if a, ok := strings.CutPrefix(socket, "tcp://"); ok {
 		network, addr = "tcp", a
 	}
+	tok, terr := clientToken(socket)
+	c := newClient(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}, tok, terr)
+	c.socket = socket
+	return c
+}
+
+// newClient returns a client whose connections dial gives.
+func newClient(dial func(context.Context) (net.Conn, error), token string, tokenErr error) *Client {
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, addr)
-		},
+		DialContext:     func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		MaxIdleConns:    4,
 		IdleConnTimeout: 30 * time.Second,
 	}
-	tok, terr := clientToken(socket)
-	return &Client{socket: socket, token: tok, tokenErr: terr, hc: &http.Client{Transport: tr}}
+	return &Client{token: token, tokenErr: tokenErr, hc: &http.Client{Transport: tr}}
 }
 
 // Dial returns a client for the socket at path if a server answers there
@@ -225,4 +232,145 @@ func (c *Client) Diff(ctx context.Context, name string) (branches.Diff, error) {
 	var res branches.Diff
 	err := c.do(ctx, http.MethodGet, branchPath(name, "/diff"), nil, &res)
 	return res, err
+}
+
+func (c *Client) fileOp(ctx context.Context, branch, op string, in, out any) error {
+	return c.do(ctx, http.MethodPost, branchPath(branch, "/files/"+op), in, out)
+}
+
+// ReadFile reads part of a file of a branch.
+func (c *Client) ReadFile(ctx context.Context, branch string, req FileReadRequest) (FileReadResult, error) {
+	var res FileReadResult
+	err := c.fileOp(ctx, branch, "read", req, &res)
+	return res, err
+}
+
+// WriteFile creates or replaces a file of a branch.
+func (c *Client) WriteFile(ctx context.Context, branch string, req FileWriteRequest) (FileWriteResult, error) {
+	var res FileWriteResult
+	err := c.fileOp(ctx, branch, "write", req, &res)
+	return res, err
+}
+
+// EditFile replaces a string in a file of a branch.
+func (c *Client) EditFile(ctx context.Context, branch string, req FileEditRequest) (FileEditResult, error) {
+	var res FileEditResult
+	err := c.fileOp(ctx, branch, "edit", req, &res)
+	return res, err
+}
+
+// ListFiles lists a directory of a branch.
+func (c *Client) ListFiles(ctx context.Context, branch string, req FileListRequest) (FileListResult, error) {
+	var res FileListResult
+	err := c.fileOp(ctx, branch, "list", req, &res)
+	return res, err
+}
+
+// SearchFiles searches the files of a branch for a regular expression.
+func (c *Client) SearchFiles(ctx context.Context, branch string, req FileSearchRequest) (FileSearchResult, error) {
+	var res FileSearchResult
+	err := c.fileOp(ctx, branch, "search", req, &res)
+	return res, err
+}
+
+// DeleteFile removes a file or directory of a branch.
+func (c *Client) DeleteFile(ctx context.Context, branch string, req FileDeleteRequest) (FileDeleteResult, error) {
+	var res FileDeleteResult
+	err := c.fileOp(ctx, branch, "delete", req, &res)
+	return res, err
+}
+
+// MoveFile renames a file or directory of a branch.
+func (c *Client) MoveFile(ctx context.Context, branch string, req FileMoveRequest) (FileMoveResult, error) {
+	var res FileMoveResult
+	err := c.fileOp(ctx, branch, "move", req, &res)
+	return res, err
+}
+
+// StartJob starts a job the server supervises.
+func (c *Client) StartJob(ctx context.Context, req JobRequest) (Job, error) {
+	var j Job
+	err := c.do(ctx, http.MethodPost, "/v1/jobs", req, &j)
+	return j, err
+}
+
+// GetJob returns a job; with wait > 0 it first waits up to that long for
+// the job to end.
+func (c *Client) GetJob(ctx context.Context, id string, wait time.Duration) (Job, error) {
+	p := "/v1/jobs/" + url.PathEscape(id)
+	if wait > 0 {
+		p += fmt.Sprintf("?wait=%g", wait.Seconds())
+	}
+	var j Job
+	err := c.do(ctx, http.MethodGet, p, nil, &j)
+	return j, err
+}
+
+// CancelJob ends a job (its attempts are fenced and killed) and returns it.
+func (c *Client) CancelJob(ctx context.Context, id string) (Job, error) {
+	var j Job
+	err := c.do(ctx, http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), nil, &j)
+	return j, err
+}
+
+// JobEvents calls fn for each event of a job, from its first, until the
+// job ends (a last event of kind "done" carries the job) or ctx ends.
+func (c *Client) JobEvents(ctx context.Context, id string, fn func(JobEvent)) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://branchnfs/v1/jobs/"+url.PathEscape(id)+"/events", nil)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("control: job events: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		var eb errorBody
+		if json.Unmarshal(data, &eb) != nil || eb.Error.Code == "" {
+			return &Error{Status: resp.StatusCode, Code: CodeInternal, Message: fmt.Sprintf("control: job events: HTTP %d", resp.StatusCode)}
+		}
+		return eb.Error.toError(resp.StatusCode)
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev JobEvent
+		if err := dec.Decode(&ev); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("control: job events: %w", err)
+		}
+		fn(ev)
+	}
+}
+
+// ErrorCode returns the API error code of err (Classify), and the
+// conflicting paths, children or clients it carries.
+func ErrorCode(err error) (code string, detail []string) {
+	d, _ := makeErrorBody(err)
+	e := d.Error
+	switch {
+	case len(e.Paths) > 0:
+		return e.Code, e.Paths
+	case len(e.Children) > 0:
+		return e.Code, e.Children
+	case len(e.Clients) > 0:
+		return e.Code, e.Clients
+	}
+	var ae *Error
+	if errors.As(err, &ae) && e.Code == CodeInternal {
+		return ae.Code, nil
+	}
+	return e.Code, nil
 }

@@ -17,6 +17,12 @@
 //	POST /v1/branches/{name}/abort           branches.AbortResult
 //	POST /v1/branches/{name}/checkpoints     {"label"} -> 201 branches.Checkpoint
 //	POST /v1/branches/{name}/restore         {"label"} -> RestoreResult
+//	POST /v1/branches/{name}/files/OP        file operations without a mount (files.go):
+//	                                         read, write, edit, list, search, delete, move
+//
+// ServerOptions.Mounts adds endpoints behind the same token, built over a
+// client that reaches the server in-process (Server.LocalClient): the MCP
+// endpoint /v1/mcp is mounted so by the command.
 //
 // # Authentication
 //

@@ -12,19 +12,22 @@ import (
 
 // Error codes of the API. They are stable: scripts may match on them.
 const (
-	CodeNotFound     = "not_found"    // 404: no branch or checkpoint of that name
-	CodeExists       = "exists"       // 409: a branch or checkpoint of that name exists
-	CodeInvalidName  = "invalid_name" // 400: name outside [A-Za-z0-9._-]{1,64}
-	CodeInvalidated  = "invalidated"  // 410: branch invalidated, committed or aborted
-	CodeConflict     = "conflict"     // 409: merge conflict; "paths" lists them
-	CodeHasChildren  = "has_children" // 409: live children; "children" lists them
-	CodeReadOnly     = "read_only"    // 403: main cannot be committed or aborted
-	CodeNotOwner     = "not_owner"    // 409: another server (or none) owns the branch; see takeover
-	CodeNoSpace      = "no_space"     // 507: disk full, nothing changed
-	CodeInUse        = "in_use"       // 409: NFS clients use the branch; "clients" lists them
-	CodeBadRequest   = "bad_request"  // 400: malformed request, unknown endpoint (404)
-	CodeUnauthorized = "unauthorized" // 401: no token, or a wrong one (Authorization: Bearer TOKEN)
-	CodeInternal     = "internal"     // 500: anything else
+	CodeNotFound     = "not_found"      // 404: no branch or checkpoint of that name
+	CodeExists       = "exists"         // 409: a branch or checkpoint of that name exists
+	CodeInvalidName  = "invalid_name"   // 400: name outside [A-Za-z0-9._-]{1,64}
+	CodeInvalidated  = "invalidated"    // 410: branch invalidated, committed or aborted
+	CodeConflict     = "conflict"       // 409: merge conflict; "paths" lists them
+	CodeHasChildren  = "has_children"   // 409: live children; "children" lists them
+	CodeReadOnly     = "read_only"      // 403: main cannot be committed or aborted
+	CodeNotOwner     = "not_owner"      // 409: another server (or none) owns the branch; see takeover
+	CodeNoSpace      = "no_space"       // 507: disk full, nothing changed
+	CodeInUse        = "in_use"         // 409: NFS clients use the branch; "clients" lists them
+	CodeBadRequest   = "bad_request"    // 400: malformed request, unknown endpoint (404)
+	CodeUnauthorized = "unauthorized"   // 401: no token, or a wrong one (Authorization: Bearer TOKEN)
+	CodeOutside      = "outside_branch" // 400: a file path leaves the branch (absolute, "..", or a symlink out of it)
+	CodeNoMatch      = "no_match"       // 409: an edit's old string does not occur in the file
+	CodeNotUnique    = "not_unique"     // 409: an edit's old string occurs more than once
+	CodeInternal     = "internal"       // 500: anything else
 )
 
 // Error is an API error as the client received it. It matches the
@@ -52,6 +55,19 @@ func (e *Error) Is(target error) bool {
 
 // ErrBadRequest matches errors with code bad_request.
 var ErrBadRequest = errors.New("control: bad request")
+
+// ErrOutsideBranch matches errors with code outside_branch: a file path
+// that is absolute, has a ".." component, or follows a symlink out of the
+// branch.
+var ErrOutsideBranch = errors.New("control: path outside the branch")
+
+// ErrNoMatch matches errors with code no_match: an edit whose old string
+// does not occur in the file.
+var ErrNoMatch = errors.New("control: no match")
+
+// ErrNotUnique matches errors with code not_unique: an edit whose old
+// string occurs more than once (and replace_all is not set).
+var ErrNotUnique = errors.New("control: not unique")
 
 // ErrInUse matches errors with code in_use: a commit or abort refused
 // because NFS clients use the branch.
@@ -97,6 +113,12 @@ func sentinel(code string) error {
 		return ErrInUse
 	case CodeUnauthorized:
 		return ErrUnauthorized
+	case CodeOutside:
+		return ErrOutsideBranch
+	case CodeNoMatch:
+		return ErrNoMatch
+	case CodeNotUnique:
+		return ErrNotUnique
 	}
 	return nil
 }
@@ -128,6 +150,12 @@ func Classify(err error) (code string, status int) {
 		return CodeInUse, http.StatusConflict
 	case errors.Is(err, ErrUnauthorized):
 		return CodeUnauthorized, http.StatusUnauthorized
+	case errors.Is(err, ErrOutsideBranch):
+		return CodeOutside, http.StatusBadRequest
+	case errors.Is(err, ErrNoMatch):
+		return CodeNoMatch, http.StatusConflict
+	case errors.Is(err, ErrNotUnique):
+		return CodeNotUnique, http.StatusConflict
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return CodeInternal, http.StatusServiceUnavailable
 	}

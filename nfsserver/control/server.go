@@ -121,6 +121,10 @@ type ServerOptions struct {
 	// are refused with code in_use unless the request says "force". nil:
 	// no branch is ever in use.
 	InUse func(branch string) []string
+	// Mounts adds endpoints (pattern -> handler maker) served behind the
+	// token; each maker gets a client that reaches this server in-process
+	// (LocalClient). The MCP endpoint, /v1/mcp, is mounted so.
+	Mounts map[string]func(local *Client) http.Handler
 }
 
 // ChangeRequest is the optional body of the commit and abort endpoints.
@@ -135,6 +139,9 @@ type Server struct {
 	hs      *http.Server
 	jobs    *jobs
 	refused refusalLog
+	local   *pipeListener           // in-process connections (LocalClient)
+	client  *Client                 // over local; read only
+	mounts  map[string]http.Handler // read only
 }
 
 // NewServer returns a Server for opts.
@@ -148,7 +155,11 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	s := &Server{opts: opts, jobs: newJobs()}
+	s := &Server{opts: opts, jobs: newJobs(), local: newPipeListener(), mounts: map[string]http.Handler{}}
+	s.client = newClient(s.local.dial, opts.Token, nil)
+	for pattern, mk := range opts.Mounts {
+		s.mounts[pattern] = mk(s.client)
+	}
 	s.hs = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	return s, nil
 }
@@ -180,14 +191,24 @@ func Listen(path string) (net.Listener, error) {
 	return ln, nil
 }
 
-// Serve serves the API on ln until ctx is cancelled or Close is called. It
-// returns nil after a clean shutdown.
+// LocalClient returns a client that reaches the server in-process, without
+// a socket, while Serve runs.
+func (s *Server) LocalClient() *Client { return s.client }
+
+// Serve serves the API on ln, and to LocalClient, until ctx is cancelled
+// or Close is called. A nil ln serves LocalClient alone. It returns nil
+// after a clean shutdown.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go s.reapLeases(lctx)
+	if ln == nil {
+		ln = s.local
+	} else {
+		go s.hs.Serve(s.local)
+	}
 	err := s.hs.Serve(ln)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -223,6 +244,10 @@ func (s *Server) Handler() http.Handler {
 	s.metaRoutes(mux)
 	mux.HandleFunc("POST /v1/gc", s.gc)
 	s.spaceRoutes(mux)
+	s.fileRoutes(mux)
+	for pattern, h := range s.mounts {
+		mux.Handle(pattern, h)
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: errorDetail{
 			Code: CodeBadRequest, Message: fmt.Sprintf("no such endpoint: %s %s", r.Method, r.URL.Path)}})
