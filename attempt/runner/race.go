@@ -32,25 +32,44 @@ func BranchName(parent, id string, i int) string {
 	return parent + suffix
 }
 
-// forkAll forks one branch per attempt; on failure it aborts the ones it
-// made.
+// forkAll forks one branch per attempt, all at once (the store orders the
+// forks; they do not wait on each other's round trips); on failure it
+// aborts the ones it made.
 func (o *Options) forkAll(ctx context.Context, parent, id string, n int) ([]string, error) {
-	names := make([]string, 0, n)
-	for i := 0; i < n; i++ {
-		name := BranchName(parent, id, i)
-		if _, err := o.Backend.Fork(ctx, parent, name); err != nil {
-			for _, b := range names {
-				o.Backend.Abort(context.WithoutCancel(ctx), b)
-			}
-			return nil, err
-		}
-		names = append(names, name)
+	names := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		names[i] = BranchName(parent, id, i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = o.Backend.Fork(ctx, parent, names[i])
+		}()
 	}
-	return names, nil
+	wg.Wait()
+	var first error
+	for _, err := range errs {
+		if err != nil {
+			first = err
+			break
+		}
+	}
+	if first == nil {
+		return names, nil
+	}
+	for i, b := range names {
+		if errs[i] == nil {
+			o.Backend.Abort(context.WithoutCancel(ctx), b)
+		}
+	}
+	return nil, first
 }
 
-// startAll forks and starts one attempt per command. Attempts that fail
-// to start are recorded, aborted and marked ended.
+// startAll forks and starts one attempt per command: every branch is
+// forked first, then the trees are started together, so that no attempt
+// gets a head start of its siblings' start-up. Attempts that fail to start
+// are recorded, aborted and marked ended.
 func (o *Options) startAll(ctx context.Context, kind, parent string, cmds [][]string, score bool) ([]*running, error) {
 	id := NewID()
 	names, err := o.forkAll(ctx, parent, id, len(cmds))
@@ -58,17 +77,26 @@ func (o *Options) startAll(ctx context.Context, kind, parent string, cmds [][]st
 		return nil, err
 	}
 	rs := make([]*running, len(cmds))
+	var wg sync.WaitGroup
 	for i, argv := range cmds {
-		r, err := o.startAttempt(names[i], parent, id, argv, score, nil, nil)
-		if err != nil {
-			r.rec.fail(err)
-			r.rec.ExitCode = 127
-			r.ended = true
-			o.abort(ctx, r)
-		} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := o.startAttempt(names[i], parent, id, argv, score, nil, nil)
+			if err != nil {
+				r.rec.fail(err)
+				r.rec.ExitCode = 127
+				r.ended = true
+				o.abort(ctx, r)
+			}
+			rs[i] = r
+		}()
+	}
+	wg.Wait()
+	for _, r := range rs {
+		if !r.ended {
 			o.hold(ctx, r, kind)
 		}
-		rs[i] = r
 	}
 	return rs, nil
 }
@@ -173,6 +201,7 @@ func Race(ctx context.Context, o Options, spec RaceSpec) ([]Record, error) {
 			o.abort(ctx, r)
 		}
 		o.release(ctx, r)
+		r.setOutcome(i == winner)
 		out[i] = r.rec
 	}
 	return out, nil
@@ -269,6 +298,7 @@ func BestOf(ctx context.Context, o Options, spec BestOfSpec) ([]Record, error) {
 			o.abort(ctx, r)
 		}
 		o.release(ctx, r)
+		r.setOutcome(keep[r] || r.rec.State == branches.StateCommitted)
 		out[i] = r.rec
 	}
 	return out, nil

@@ -178,6 +178,39 @@ const (
 	KilledByBranch    = "branch_gone" // the branch was aborted or invalidated from elsewhere
 )
 
+// What became of an attempt (Record.Outcome).
+const (
+	OutcomeWon         = "won"          // committed (race, best-of), kept (best-of --keep), or ran to exit 0 (exec)
+	OutcomeLost        = "lost"         // a sibling won: killed, or exited on its own before the race was decided
+	OutcomeFailed      = "failed"       // exited non-zero, was killed by a signal, failed to start, or its commit was refused
+	OutcomeTimedOut    = "timed_out"    // killed at the timeout
+	OutcomeCheckFailed = "check_failed" // exited 0, but the check (or score command) failed
+	OutcomeInterrupted = "interrupted"  // killed because the caller stopped (Ctrl-C, job cancelled) or its branch went away
+)
+
+// setOutcome fills in Record.Outcome once the attempt is over.
+func (r *running) setOutcome(won bool) {
+	rec := &r.rec
+	switch {
+	case won:
+		rec.Outcome = OutcomeWon
+	case rec.KilledBy == KilledBySibling:
+		rec.Outcome = OutcomeLost
+	case rec.KilledBy == KilledByTimeout:
+		rec.Outcome = OutcomeTimedOut
+	case rec.KilledBy == KilledByInterrupt, rec.KilledBy == KilledByBranch:
+		rec.Outcome = OutcomeInterrupted
+	case rec.Check != nil && *rec.Check != 0:
+		rec.Outcome = OutcomeCheckFailed
+	case rec.ExitCode != 0 || rec.Signal != 0:
+		rec.Outcome = OutcomeFailed
+	case rec.err != nil:
+		rec.Outcome = OutcomeFailed
+	default:
+		rec.Outcome = OutcomeLost
+	}
+}
+
 // Summary counts a diff.
 type Summary struct {
 	Added    int   `json:"added"`
@@ -213,6 +246,9 @@ type Record struct {
 	State      branches.State `json:"state"` // of the branch afterwards
 	DurationMS int64          `json:"duration_ms"`
 	KilledBy   string         `json:"killed_by,omitempty"`
+	// Outcome says what became of the attempt: won, lost, failed,
+	// timed_out, check_failed or interrupted (the Outcome constants).
+	Outcome string `json:"outcome"`
 	// LeftoverKilled: the leader exited but processes it left behind ran
 	// past the grace period and were killed.
 	LeftoverKilled bool     `json:"leftover_killed,omitempty"`
@@ -380,9 +416,18 @@ func (o *Options) commit(ctx context.Context, r *running) error {
 	if err := o.Flush(r.dir); err != nil {
 		return fmt.Errorf("runner: flush %s before the commit: %w", r.dir, err)
 	}
+	// The diff counts what the commit brings in: a fast-path commit does
+	// not look at the change (it stays O(1)) and reports 0.
+	d, derr := o.Backend.Diff(ctx, r.rec.Branch)
+	if derr == nil {
+		r.rec.Diff = summarize(d)
+	}
 	res, err := o.Backend.Commit(context.WithoutCancel(ctx), r.rec.Branch)
 	if err != nil {
 		return err
+	}
+	if res.FastPath && derr == nil {
+		res.Changes = len(d.Changes)
 	}
 	r.rec.Commit = &res
 	r.rec.State = branches.StateCommitted

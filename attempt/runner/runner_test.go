@@ -13,6 +13,7 @@ import (
 	"github.com/branchnfs/branchnfs/attempt"
 	"github.com/branchnfs/branchnfs/attempt/runner"
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
 )
 
@@ -267,7 +268,20 @@ func TestExecRefusesStaleAndRoot(t *testing.T) {
 }
 
 func TestRaceFirstSuccessWins(t *testing.T) {
-	o, _, root := setup(t)
+	o, m, root := setup(t)
+	// Each branch gets a file of its own, as an attempt writing through a
+	// mount would: the commit then has a change to report.
+	workdir := o.Workdir
+	o.Workdir = func(b string) (string, error) {
+		v, _, err := m.View(b)
+		if err != nil {
+			return "", err
+		}
+		if _, err := v.Create(cowfs.RootIno, "out", cowfs.CreateGuarded, cowfs.NewAttr{Mode: 0o644}, 0); err != nil {
+			return "", err
+		}
+		return workdir(b)
+	}
 	pid0 := filepath.Join(root, "pid0")
 	pid2 := filepath.Join(root, "pid2")
 	// The slow loser must be running when the winner commits: the winner
@@ -291,6 +305,15 @@ func TestRaceFirstSuccessWins(t *testing.T) {
 	}
 	if recs[2].State != branches.StateAborted || recs[2].ExitCode != 1 || recs[2].KilledBy != "" {
 		t.Fatalf("attempt 2: %+v, want exit 1, aborted, not killed", recs[2])
+	}
+	for i, want := range []string{runner.OutcomeLost, runner.OutcomeWon, runner.OutcomeFailed} {
+		if recs[i].Outcome != want {
+			t.Errorf("attempt %d: outcome %q, want %q", i, recs[i].Outcome, want)
+		}
+	}
+	// The fast-path commit reports what it brought in, not 0.
+	if c := recs[1].Commit; c == nil || !c.FastPath || c.Changes != 1 {
+		t.Errorf("winner's commit %+v, want the fast path with 1 change", c)
 	}
 	if pid := readPID(t, pid0); alive(pid) {
 		t.Fatalf("loser's grandchild %d alive after the race", pid)
@@ -319,6 +342,42 @@ func TestRaceCheck(t *testing.T) {
 	if recs[1].State != branches.StateCommitted || recs[1].Check == nil || *recs[1].Check != 0 {
 		t.Fatalf("attempt 1: %+v, want a passed check, committed", recs[1])
 	}
+	if recs[0].Outcome != runner.OutcomeCheckFailed || recs[1].Outcome != runner.OutcomeWon {
+		t.Fatalf("outcomes %q, %q: want check_failed, won", recs[0].Outcome, recs[1].Outcome)
+	}
+}
+
+// A loser that exits 0 on its own while the winner commits is not killed
+// and has exit code 0: its outcome says it lost.
+func TestRaceLoserExitedOnItsOwn(t *testing.T) {
+	o, _, root := setup(t)
+	gate := filepath.Join(root, "gate")
+	recs, err := runner.Race(context.Background(), o, runner.RaceSpec{
+		Parent: "main",
+		// Attempt 1 waits for attempt 0 to start its exit, then exits too:
+		// by the time the race handles it, attempt 0 has won.
+		Cmds: [][]string{sh("echo a > f; touch " + gate), sh("while [ ! -e " + gate + " ]; do sleep 0.01; done; exit 0")},
+		Check: sh("sleep 0.3"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := 0
+	for _, r := range recs {
+		switch r.Outcome {
+		case runner.OutcomeWon:
+			won++
+		case runner.OutcomeLost:
+			if r.ExitCode != 0 {
+				t.Errorf("loser %+v: want exit 0", r)
+			}
+		default:
+			t.Errorf("attempt %s: outcome %q, want won or lost", r.Branch, r.Outcome)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d winners: %+v", won, recs)
+	}
 }
 
 func TestRaceTimeout(t *testing.T) {
@@ -329,8 +388,8 @@ func TestRaceTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range recs {
-		if r.KilledBy != runner.KilledByTimeout || r.State != branches.StateAborted {
-			t.Fatalf("attempt %d: %+v, want killed by timeout, aborted", i, r)
+		if r.KilledBy != runner.KilledByTimeout || r.State != branches.StateAborted || r.Outcome != runner.OutcomeTimedOut {
+			t.Fatalf("attempt %d: %+v, want killed by timeout, aborted, timed_out", i, r)
 		}
 	}
 	infos, _ := m.List(context.Background())
@@ -358,6 +417,9 @@ func TestBestOf(t *testing.T) {
 		}
 		if *recs[1].Score != 3 {
 			t.Fatalf("score %v, want 3", *recs[1].Score)
+		}
+		if recs[0].Outcome != runner.OutcomeLost || recs[1].Outcome != runner.OutcomeWon {
+			t.Fatalf("outcomes %q, %q: want lost, won", recs[0].Outcome, recs[1].Outcome)
 		}
 	})
 	t.Run("score-cmd-keep", func(t *testing.T) {
