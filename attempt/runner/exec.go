@@ -52,7 +52,9 @@ func Exec(ctx context.Context, o Options, branch, onExit string, argv []string) 
 	}
 	o.hold(ctx, r, "exec")
 	defer o.release(ctx, r)
-	defer func() { r.setOutcome(r.rec.KilledBy == "" && r.rec.ExitCode == 0 && r.rec.Signal == 0 && r.rec.err == nil) }()
+	defer func() {
+		r.setOutcome(r.rec.KilledBy == "" && r.rec.ExitCode == 0 && r.rec.Signal == 0 && r.rec.err == nil)
+	}()
 	var timeout <-chan time.Time
 	if o.Timeout > 0 {
 		t := time.NewTimer(o.Timeout)

@@ -356,7 +356,7 @@ func TestRaceLoserExitedOnItsOwn(t *testing.T) {
 		Parent: "main",
 		// Attempt 1 waits for attempt 0 to start its exit, then exits too:
 		// by the time the race handles it, attempt 0 has won.
-		Cmds: [][]string{sh("echo a > f; touch " + gate), sh("while [ ! -e " + gate + " ]; do sleep 0.01; done; exit 0")},
+		Cmds:  [][]string{sh("echo a > f; touch " + gate), sh("while [ ! -e " + gate + " ]; do sleep 0.01; done; exit 0")},
 		Check: sh("sleep 0.3"),
 	})
 	if err != nil {
