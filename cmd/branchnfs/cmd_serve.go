@@ -246,6 +246,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		Logger: logger,
 		Runner: jobRunner(o, s.mgr, dir, &mounted, logger),
 		InUse:  nfs.BranchUsers,
+		Mounts: mcpMount(logger),
 	})
 	if err != nil {
 		ln.Close()
@@ -269,7 +270,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		}
 		return nil
 	})
-	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start))
+	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start), o.Mount)
 	if d := s.backend.describe(); d != "" {
 		fmt.Fprintln(o.stdout, d)
 	}
@@ -318,11 +319,13 @@ func writeServeInfo(dir string, si serveInfo) error {
 }
 
 // printBanner prints where the server listens and how to mount the live
-// branches.
-func printBanner(ctx context.Context, w io.Writer, mgr *branches.Manager, dir, sock string, addr *net.TCPAddr, took time.Duration) {
+// branches, or, when the server mounts the export / itself (serve
+// --mount), where they are.
+func printBanner(ctx context.Context, w io.Writer, mgr *branches.Manager, dir, sock string, addr *net.TCPAddr, took time.Duration, mountDir string) {
 	host := mountHost(addr.String())
 	fmt.Fprintf(w, "branchnfs %s serving %s on %s (ready in %s)\n", version, dir, addr, took.Round(time.Millisecond))
-	fmt.Fprintf(w, "control API: curl --unix-socket %s http://branchnfs/v1/status\n", shellQuote(sock))
+	fmt.Fprintf(w, "control API: curl --unix-socket %s -H \"Authorization: Bearer $(cat %s)\" http://branchnfs/v1/status\n",
+		shellQuote(sock), shellQuote(control.TokenPath(dir)))
 	goos := runtime.GOOS
 	mnt := func(export, name string) string {
 		args, err := mountArgs(goos, host, addr.Port, export, mountPointHint(goos, name))
@@ -331,7 +334,12 @@ func printBanner(ctx context.Context, w io.Writer, mgr *branches.Manager, dir, s
 		}
 		return shellJoin(args)
 	}
-	fmt.Fprintf(w, "mount every branch (export /):\n  %s\n", mnt("/", "all"))
+	if mountDir != "" {
+		mnt = func(export, name string) string { return name + ": " + filepath.Join(mountDir, name) }
+		fmt.Fprintf(w, "mounting every branch (export /) at %s\n", mountDir)
+	} else {
+		fmt.Fprintf(w, "mount every branch (export /):\n  %s\n", mnt("/", "all"))
+	}
 	infos, err := mgr.List(ctx)
 	if err != nil {
 		fmt.Fprintf(w, "cannot list branches: %v\n", err)

@@ -31,6 +31,7 @@ var layers = map[string]int{
 	"nfsserver":                     3,
 	"nfsserver/control":             3,
 	"nfsserver/control/controltest": 3,
+	"nfsserver/control/mcpserver":   3,
 	"attempt":                       3,
 	"attempt/runner":                3,
 	"cmd/branchnfs":                 4,

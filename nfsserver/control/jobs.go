@@ -145,6 +145,9 @@ func (s *Server) checkJob(ctx context.Context, req JobRequest) (func(context.Con
 		return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, a...))
 	}
 	if s.opts.Runner == nil {
+		if s.opts.NoRunner != "" {
+			return nil, bad("%s", s.opts.NoRunner)
+		}
 		return nil, bad("this server runs no attempts: start it with serve --mount DIR (attempts run in DIR/BRANCH)")
 	}
 	if req.N > MaxJobAttempts || len(req.Cmds) > MaxJobAttempts {

@@ -116,6 +116,10 @@ type ServerOptions struct {
 	// Runner runs the attempts of the jobs API (jobs.go); nil: the server
 	// runs none. Its Events field is set per job.
 	Runner *runner.Options
+	// NoRunner is why the server runs no attempts, for the error a job
+	// request gets when Runner is nil (default: start the server with
+	// serve --mount DIR).
+	NoRunner string
 	// InUse lists the NFS clients that use a branch
 	// (nfsserver.Server.BranchUsers); commit and abort of a branch in use
 	// are refused with code in_use unless the request says "force". nil:
