@@ -31,7 +31,7 @@ func CheckOnExit(s string) error {
 // says: it was stopped in the middle of its work. The error is for what
 // prevented the start; what happened afterwards is in the Record
 // (Record.Err for a failed commit or abort).
-func Exec(ctx context.Context, o Options, branch, onExit string, argv []string) (Record, error) {
+func Exec(ctx context.Context, o Options, branch, onExit string, argv []string) (rec Record, err error) {
 	o.EnsureDefaults()
 	if err := CheckOnExit(onExit); err != nil {
 		return Record{}, err
@@ -54,6 +54,7 @@ func Exec(ctx context.Context, o Options, branch, onExit string, argv []string) 
 	defer o.release(ctx, r)
 	defer func() {
 		r.setOutcome(r.rec.KilledBy == "" && r.rec.ExitCode == 0 && r.rec.Signal == 0 && r.rec.err == nil)
+		rec.Outcome = r.rec.Outcome
 	}()
 	var timeout <-chan time.Time
 	if o.Timeout > 0 {

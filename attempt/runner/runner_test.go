@@ -208,7 +208,7 @@ func TestExecTimeoutFencesAndKills(t *testing.T) {
 	} else {
 		t.Logf("the timeout came before the grandchild wrote its pid")
 	}
-	if rec.KilledBy != runner.KilledByTimeout || rec.State != branches.StateAborted || rec.ExitStatus() != 128+15 {
+	if rec.KilledBy != runner.KilledByTimeout || rec.State != branches.StateAborted || rec.ExitStatus() != 128+15 || rec.Outcome != runner.OutcomeTimedOut {
 		t.Fatalf("record %+v: want killed by timeout, branch aborted (fenced), exit 143", rec)
 	}
 	if _, err := m.Get(context.Background(), "b"); err == nil {

@@ -110,9 +110,10 @@ type FileEditResult struct {
 }
 
 // FileListRequest lists the directory Path (default the root). Glob keeps
-// the entries whose path below Path matches it ("*.go", "**/*_test.go");
-// Recursive descends into subdirectories (a glob with "/" or "**" implies
-// it). At most Limit entries (default DefaultListLimit).
+// the entries below Path that match it, at any depth: "*.go" matches the
+// last component, a glob with "/" the whole path below Path
+// ("src/**/*_test.go"). Recursive descends into subdirectories (a glob
+// implies it). At most Limit entries (default DefaultListLimit).
 type FileListRequest struct {
 	Path      string `json:"path,omitempty"`
 	Glob      string `json:"glob,omitempty"`
@@ -674,7 +675,7 @@ func fileList(ctx context.Context, b *branchFiles, in FileListRequest) (FileList
 	if err != nil {
 		return FileListResult{}, err
 	}
-	recursive := in.Recursive || strings.Contains(in.Glob, "/") || strings.Contains(in.Glob, "**")
+	recursive := in.Recursive || in.Glob != ""
 	res := FileListResult{Entries: []FileEntry{}}
 	_, err = b.walk(ctx, d.a.Ino, d.path, "", func(rel, full string, e cowfs.DirEntry, a cowfs.Attr) (bool, bool, error) {
 		if in.Glob == "" || matchGlob(in.Glob, rel) {

@@ -32,7 +32,7 @@ func (t *tools) register(s *mcp.Server) {
 	addTool(s, "file_read", "Read a file of a branch: up to limit bytes (default 256 KiB) from offset. Text comes back as content, other bytes as content_base64.", t.fileRead)
 	addTool(s, "file_write", "Create or replace a file of a branch with content (or content_base64), creating missing directories.", t.fileWrite)
 	addTool(s, "file_edit", "Replace old_string by new_string in a file of a branch. old_string must occur exactly once (no_match if absent, not_unique if repeated) unless replace_all.", t.fileEdit)
-	addTool(s, "file_list", "List a directory of a branch (default its root). glob filters by path below it (\"*.go\" at any depth, \"src/**/*.ts\"); recursive descends.", t.fileList)
+	addTool(s, "file_list", "List a directory of a branch (default its root). glob keeps the paths below it that match, at any depth (\"*.go\" matches names, \"src/**/*.ts\" paths); recursive descends without a glob.", t.fileList)
 	addTool(s, "file_search", "Search a branch's text files for a Go regular expression, line by line; glob filters the files, limit bounds the matches (default 100). Binary and files above 8 MiB are skipped.", t.fileSearch)
 	addTool(s, "file_delete", "Delete a file, symlink or empty directory of a branch; recursive deletes a directory with its contents.", t.fileDelete)
 	addTool(s, "file_move", "Move (rename) a file or directory of a branch, creating the destination's directories. An existing destination is refused unless overwrite.", t.fileMove)
@@ -459,6 +459,16 @@ func (t *tools) wait(ctx context.Context, req *mcp.CallToolRequest, id string, w
 		close(done)
 	}
 	j, err := t.c.GetJob(ctx, id, d)
+	if err == nil && j.State != control.JobRunning {
+		// The event stream ends with the job: let its last events out
+		// before the result.
+		t := time.NewTimer(5 * time.Second)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	stop()
 	<-done
 	if ctx.Err() != nil && cancelJob {
