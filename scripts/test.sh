@@ -10,6 +10,7 @@ need=()
 command -v nfs-cp >/dev/null 2>&1 || need+=(libnfs-utils)
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 [ -x /usr/bin/python3 ] || need+=(python3) # the Python client's tests run it as a regular user
+command -v npm >/dev/null 2>&1 || need+=(npm) # installs the MCP inspector's CLI (tests/mcp)
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"
@@ -41,6 +42,23 @@ if [ ! -x "$tools/versitygw" ]; then
 	rm -rf "$tools.tmp"
 fi
 export BRANCHNFS_VERSITYGW="$tools/versitygw"
+
+# The MCP inspector's CLI, a real MCP client the tests of `branchnfs mcp`
+# drive it with (tests/mcp): installed from npm once per version, beside
+# versitygw. The package directory is world-readable: the server it starts
+# runs as a regular user.
+inspector_version=1.0.3
+inspector="$(go env GOCACHE)/../branchnfs-tools/mcp-inspector-cli-$inspector_version"
+if [ ! -f "$inspector/node_modules/@modelcontextprotocol/inspector-cli/build/index.js" ] && command -v npm >/dev/null 2>&1; then
+	echo "test.sh: installing @modelcontextprotocol/inspector-cli@$inspector_version into $inspector"
+	rm -rf "$inspector"
+	mkdir -p "$inspector"
+	if ! npm install --prefix "$inspector" --no-audit --no-fund --silent "@modelcontextprotocol/inspector-cli@$inspector_version"; then
+		echo "test.sh: could not install the MCP inspector: tests/mcp will skip it (and fail when CI=true)" >&2
+		rm -rf "$inspector"
+	fi
+fi
+export BRANCHNFS_MCP_INSPECTOR="$inspector/node_modules/@modelcontextprotocol/inspector-cli"
 
 go vet ./...
 go test -count=1 -timeout 28m "$@" ./...
