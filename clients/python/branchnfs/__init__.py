@@ -12,13 +12,15 @@ them, through the server's control socket. Standard library only.
 from .client import Branch, Workspace, default_store
 from .errors import (BadRequest, BranchnfsError, Conflict, Exists,
                      HasChildren, InUse, Internal, Invalidated, InvalidName,
-                     NoServer, NoSpace, NotFound, ReadOnly, Unauthorized)
+                     NoMatch, NoServer, NoSpace, NotFound, NotUnique,
+                     OutsideBranch, ReadOnly, Unauthorized)
 
 __all__ = [
     "Workspace", "Branch", "default_store",
     "BranchnfsError", "NoServer", "NotFound", "Exists", "InvalidName",
     "Invalidated", "Conflict", "HasChildren", "InUse", "ReadOnly", "NoSpace",
-    "BadRequest", "Internal", "Unauthorized",
+    "BadRequest", "Internal", "Unauthorized", "OutsideBranch", "NoMatch",
+    "NotUnique",
 ]
 
 __version__ = "0.1.0"

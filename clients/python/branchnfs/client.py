@@ -1,5 +1,6 @@
 """The control-socket client: Workspace and Branch."""
 
+import base64
 import http.client
 import json
 import os
@@ -288,6 +289,70 @@ class Workspace:
         return self.wait_job(j["id"])["records"]
 
 
+    # -- files: a branch's files without a mount (the server's copy-on-write
+    # tree). Paths are relative to the branch's root; absolute paths, ".."
+    # and symlinks out of the branch raise OutsideBranch.
+
+    def _files(self, branch, op, body):
+        body = {k: v for k, v in body.items() if v is not None}
+        return self._request("POST", "/v1/branches/%s/files/%s" % (quote(branch, safe=""), op), body)
+
+    def read_file(self, branch, path, offset=0, limit=None):
+        """Read up to limit bytes (default 256 KiB) of a file from offset:
+        a dict with size, bytes, eof and content (text) or content_base64."""
+        return self._files(branch, "read", {"path": path, "offset": offset or None, "limit": limit})
+
+    def read_bytes(self, branch, path):
+        """The whole content of a file, as bytes."""
+        out, off = b"", 0
+        while True:
+            r = self.read_file(branch, path, offset=off, limit=4 << 20)
+            if "content_base64" in r:
+                chunk = base64.b64decode(r["content_base64"])
+            else:
+                chunk = r.get("content", "").encode()
+            out += chunk
+            off += r["bytes"]
+            if r["eof"] or not r["bytes"]:
+                return out
+
+    def write_file(self, branch, path, content, mode=None):
+        """Create or replace a file with content (str or bytes), making
+        missing directories; mode (e.g. 0o755) for a new file, or to change."""
+        body = {"path": path, "mode": mode}
+        if isinstance(content, bytes):
+            body["content_base64"] = base64.b64encode(content).decode()
+        else:
+            body["content"] = content
+        return self._files(branch, "write", body)
+
+    def edit_file(self, branch, path, old, new, replace_all=False):
+        """Replace old by new in a file. old must occur exactly once (NoMatch,
+        NotUnique otherwise) unless replace_all."""
+        return self._files(branch, "edit", {"path": path, "old_string": old, "new_string": new,
+                                            "replace_all": replace_all or None})
+
+    def list_files(self, branch, path="", glob=None, recursive=False, limit=None):
+        """The entries (path, type, size, mode, target) of a directory; a glob
+        ("*.py", "src/**/*.go") keeps the matching paths at any depth."""
+        return self._files(branch, "list", {"path": path or None, "glob": glob,
+                                            "recursive": recursive or None, "limit": limit})["entries"]
+
+    def search_files(self, branch, pattern, path="", glob=None, limit=None):
+        """Lines matching the Go regular expression pattern: a dict with
+        matches (path, line, text) and truncated."""
+        return self._files(branch, "search", {"pattern": pattern, "path": path or None, "glob": glob, "limit": limit})
+
+    def delete_file(self, branch, path, recursive=False):
+        """Delete a file, symlink or empty directory (recursive: a tree)."""
+        return self._files(branch, "delete", {"path": path, "recursive": recursive or None})
+
+    def move_file(self, branch, src, dst, overwrite=False):
+        """Rename src to dst, making dst's directories; an existing dst
+        raises Exists unless overwrite."""
+        return self._files(branch, "move", {"from": src, "to": dst, "overwrite": overwrite or None})
+
+
 class Branch:
     """A branch of a Workspace; a context manager that forks on entry and
     commits (or, on an exception, aborts) on exit."""
@@ -343,3 +408,31 @@ class Branch:
 
     def restore(self, label):
         return self.ws.restore(self.name, label)
+
+    # Files, without a mount (see Workspace.read_file and the others).
+
+    def read(self, path):
+        """The content of a file: str when it is UTF-8 text, else bytes."""
+        b = self.ws.read_bytes(self.name, path)
+        try:
+            return b.decode()
+        except UnicodeDecodeError:
+            return b
+
+    def write(self, path, content, mode=None):
+        return self.ws.write_file(self.name, path, content, mode=mode)
+
+    def edit(self, path, old, new, replace_all=False):
+        return self.ws.edit_file(self.name, path, old, new, replace_all=replace_all)
+
+    def ls(self, path="", glob=None, recursive=False, limit=None):
+        return self.ws.list_files(self.name, path, glob=glob, recursive=recursive, limit=limit)
+
+    def search(self, pattern, path="", glob=None, limit=None):
+        return self.ws.search_files(self.name, pattern, path, glob=glob, limit=limit)
+
+    def delete(self, path, recursive=False):
+        return self.ws.delete_file(self.name, path, recursive=recursive)
+
+    def move(self, src, dst, overwrite=False):
+        return self.ws.move_file(self.name, src, dst, overwrite=overwrite)

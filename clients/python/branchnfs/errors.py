@@ -3,7 +3,8 @@
 __all__ = [
     "BranchnfsError", "NoServer", "NotFound", "Exists", "InvalidName",
     "Invalidated", "Conflict", "HasChildren", "ReadOnly", "NoSpace",
-    "BadRequest", "Internal", "InUse", "Unauthorized", "error_for",
+    "BadRequest", "Internal", "InUse", "Unauthorized", "OutsideBranch",
+    "NoMatch", "NotUnique", "error_for",
 ]
 
 
@@ -103,13 +104,33 @@ class Unauthorized(BranchnfsError):
     code = "unauthorized"
 
 
+class OutsideBranch(BranchnfsError):
+    """A file path is absolute, has a ".." component, or follows a symlink
+    out of the branch."""
+
+    code = "outside_branch"
+
+
+class NoMatch(BranchnfsError):
+    """An edit's old string does not occur in the file."""
+
+    code = "no_match"
+
+
+class NotUnique(BranchnfsError):
+    """An edit's old string occurs more than once (use replace_all)."""
+
+    code = "not_unique"
+
+
 class Internal(BranchnfsError):
     code = "internal"
 
 
 _BY_CODE = {c.code: c for c in (NotFound, Exists, InvalidName, Invalidated,
                                 Conflict, HasChildren, InUse, ReadOnly, NoSpace,
-                                BadRequest, Unauthorized, Internal)}
+                                BadRequest, Unauthorized, OutsideBranch, NoMatch,
+                                NotUnique, Internal)}
 
 
 def error_for(status, body):

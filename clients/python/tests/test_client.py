@@ -185,3 +185,45 @@ class ClientTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FilesTest(unittest.TestCase):
+    """A branch's files without a mount."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.ws = branchnfs.Workspace.connect()
+
+    def test_files(self):
+        n = "py-" + uuid.uuid4().hex[:8]
+        with self.ws.branch(n) as b:
+            r = b.write("src/app.py", "def main():\n    return 1\n")
+            self.assertTrue(r["created"])
+            self.assertEqual(b.read("src/app.py"), "def main():\n    return 1\n")
+            part = self.ws.read_file(n, "src/app.py", offset=4, limit=4)
+            self.assertEqual((part["content"], part["eof"], part["size"]), ("main", False, 25))
+            b.write("data.bin", b"\x00\xff\x01")
+            self.assertEqual(b.read("data.bin"), b"\x00\xff\x01")
+            self.assertEqual(b.edit("src/app.py", "return 1", "return 2")["replacements"], 1)
+            with self.assertRaises(branchnfs.NoMatch):
+                b.edit("src/app.py", "return 1", "return 3")
+            b.write("twice.txt", "x x")
+            with self.assertRaises(branchnfs.NotUnique):
+                b.edit("twice.txt", "x", "y")
+            self.assertEqual(b.edit("twice.txt", "x", "y", replace_all=True)["replacements"], 2)
+            self.assertEqual([e["path"] for e in b.ls(glob="*.py")], ["src/app.py"])
+            m = b.search(r"return \d")
+            self.assertEqual([(x["path"], x["line"]) for x in m["matches"]], [("src/app.py", 2)])
+            b.move("src/app.py", "lib/app.py")
+            with self.assertRaises(branchnfs.NotFound):
+                b.read("src/app.py")
+            b.delete("src", recursive=True)
+            for bad in ("../x", "/etc/passwd", "a/../../x"):
+                with self.assertRaises(branchnfs.OutsideBranch):
+                    b.read(bad)
+                with self.assertRaises(branchnfs.OutsideBranch):
+                    b.write(bad, "x")
+            kinds = {c["path"]: c["kind"] for c in b.diff()["changes"]}
+            self.assertEqual(kinds.get("lib/app.py"), "added")
+            self.assertEqual(kinds.get("data.bin"), "added")
+        self.assertIn("return 2", self.ws.read_bytes("main", "lib/app.py").decode())
