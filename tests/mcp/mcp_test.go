@@ -371,6 +371,10 @@ func TestErrorCodes(t *testing.T) {
 	if !res.IsError {
 		t.Fatalf("fork with a bad argument type succeeded: %s", text(res))
 	}
+	// An unknown tool is a protocol error, and the server lives on.
+	if _, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "nosuch", Arguments: map[string]any{}}); err == nil {
+		t.Fatal("an unknown tool succeeded")
+	}
 	call(t, cs, "list", nil, nil)
 }
 

@@ -108,7 +108,8 @@ func Handler(o Options) (http.Handler, error) {
 func errorMeta(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		res, err := next(ctx, method, req)
-		if r, ok := res.(*mcp.CallToolResult); ok && r.IsError {
+		// An unknown tool gives a nil result with the error.
+		if r, ok := res.(*mcp.CallToolResult); ok && r != nil && r.IsError {
 			var te *ToolError
 			if errors.As(r.GetError(), &te) {
 				if r.Meta == nil {
