@@ -1,6 +1,7 @@
 // Command racebench measures races of supervised attempts (scripts/bench-race):
 // how long after the winner's commit every loser process is gone, and how
-// many loser writes landed after that commit.
+// many loser writes landed after that commit; with -start, how long a race
+// takes from its start to every attempt's command running.
 //
 // It serves a fresh store over NFS on a loopback port in-process and runs
 // races with the runner the CLI and the jobs API use. Each loser is a tree
@@ -40,7 +41,15 @@ func main() {
 	n := flag.Int("n", 4, "attempts per race (one winner)")
 	grace := flag.Duration("grace", 100*time.Millisecond, "SIGTERM to SIGKILL")
 	stubborn := flag.Bool("stubborn", false, "the setsid grandchild of each loser ignores SIGTERM (then only SIGKILL, after the grace, ends it)")
+	start := flag.Bool("start", false, "measure instead how long a race takes from its start to every attempt's command running")
 	flag.Parse()
+	if *start {
+		if err := runStart(*races, *n); err != nil {
+			fmt.Fprintln(os.Stderr, "racebench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*races, *n, *grace, *stubborn); err != nil {
 		fmt.Fprintln(os.Stderr, "racebench:", err)
 		os.Exit(1)
@@ -169,6 +178,92 @@ func run(races, n int, grace time.Duration, stubborn bool) error {
 	if landedAfter != 0 {
 		return fmt.Errorf("%d loser writes landed after the winner's commit", landedAfter)
 	}
+	return nil
+}
+
+// runStart measures, over races of n attempts, the time from runner.Race
+// being called to the last attempt's command running (each command first
+// records the time it runs), and the time of one fork for comparison.
+func runStart(races, n int) error {
+	tmp, err := os.MkdirTemp("", "racebench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	st, err := kv.OpenBadger(filepath.Join(tmp, "db"), kv.BadgerOptions{Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ctx := context.Background()
+	mgr, err := branches.Open(ctx, branches.Options{Store: st, Logger: quiet, RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid())})
+	if err != nil {
+		return err
+	}
+	defer mgr.Close()
+	work := filepath.Join(tmp, "work")
+	o := runner.Options{
+		Backend: mgr, Store: tmp, Grace: 100 * time.Millisecond, Timeout: 2 * time.Minute, Logger: quiet,
+		Workdir: func(b string) (string, error) {
+			d := filepath.Join(work, b)
+			return d, os.MkdirAll(d, 0o755)
+		},
+		Flush: func(string) error { return nil },
+	}
+	var all, forks []time.Duration
+	for i := 0; i < races; i++ {
+		parent := fmt.Sprintf("p%d", i)
+		t := time.Now()
+		if _, err := mgr.Fork(ctx, branches.MainBranch, parent); err != nil {
+			return err
+		}
+		forks = append(forks, time.Since(t))
+		stamps := filepath.Join(work, parent+".started")
+		if err := os.MkdirAll(stamps, 0o755); err != nil {
+			return err
+		}
+		// Each command records when it runs; attempt 0 wins once all run.
+		rec := `date +%s%N > ` + stamps + `/$BRANCHNFS_BRANCH.tmp && mv ` + stamps + `/$BRANCHNFS_BRANCH.tmp ` + stamps + `/$BRANCHNFS_BRANCH; `
+		cmds := [][]string{{"/bin/sh", "-c", rec + fmt.Sprintf(`while [ "$(ls %s | grep -cv '[.]tmp$')" -lt %d ]; do sleep 0.01; done`, stamps, n)}}
+		for k := 1; k < n; k++ {
+			cmds = append(cmds, []string{"/bin/sh", "-c", rec + "exec sleep 1000"})
+		}
+		t0 := time.Now()
+		recs, err := runner.Race(ctx, o, runner.RaceSpec{Parent: parent, Cmds: cmds})
+		if err != nil {
+			return err
+		}
+		if recs[0].State != branches.StateCommitted {
+			return fmt.Errorf("race %d: the winner did not commit: %+v", i, recs[0])
+		}
+		var last time.Time
+		for _, r := range recs {
+			b, err := os.ReadFile(filepath.Join(stamps, r.Branch))
+			if err != nil {
+				return fmt.Errorf("race %d: %s never ran: %v", i, r.Branch, err)
+			}
+			ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			if err != nil {
+				return err
+			}
+			if ts := time.Unix(0, ns); ts.After(last) {
+				last = ts
+			}
+		}
+		all = append(all, last.Sub(t0))
+		if _, err := mgr.Abort(ctx, parent); err != nil {
+			return err
+		}
+	}
+	q := func(d []time.Duration, p float64) time.Duration {
+		d = append([]time.Duration{}, d...)
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[min(len(d)-1, int(p*float64(len(d))))].Round(100 * time.Microsecond)
+	}
+	fmt.Printf("races: %d of N=%d\n", races, n)
+	fmt.Printf("race start -> all %d commands running: p50 %v, p99 %v\n", n, q(all, 0.5), q(all, 0.99))
+	fmt.Printf("one fork (for the bound 200ms + N forks): p50 %v, p99 %v\n", q(forks, 0.5), q(forks, 0.99))
 	return nil
 }
 
