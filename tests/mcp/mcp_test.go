@@ -40,7 +40,7 @@ var regular = func() testbin.User {
 // newStore makes a store owned by the regular user, whose main holds a
 // small workspace with a symlink to /etc, and returns its path and a
 // directory for attempts.
-func newStore(t *testing.T) (store, workdirs string) {
+func newStore(t testing.TB) (store, workdirs string) {
 	t.Helper()
 	dir := testbin.SharedTempDir(t, "bnfs-mcp")
 	src := filepath.Join(dir, "src")
@@ -80,7 +80,7 @@ func newStore(t *testing.T) (store, workdirs string) {
 
 // session runs `branchnfs mcp` as the regular user and connects the SDK's
 // client to it. progress receives the progress notifications.
-func session(t *testing.T, store string, progress func(*mcp.ProgressNotificationParams), extra ...string) *mcp.ClientSession {
+func session(t testing.TB, store string, progress func(*mcp.ProgressNotificationParams), extra ...string) *mcp.ClientSession {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"mcp", "--store", store}, extra...)...)
 	regular.Apply(cmd)
@@ -108,7 +108,7 @@ func session(t *testing.T, store string, progress func(*mcp.ProgressNotification
 
 // call calls a tool and decodes its structured content into out (if not
 // nil); it fails the test on a tool error.
-func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
+func call(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
 	t.Helper()
 	res := callRaw(t, cs, name, args)
 	if res.IsError {
@@ -129,7 +129,7 @@ func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any,
 	return res
 }
 
-func callRaw(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
+func callRaw(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
