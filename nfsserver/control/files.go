@@ -209,8 +209,7 @@ func (s *Server) fileRoutes(mux *http.ServeMux) {
 func fileHandler[In, Out any](s *Server, op func(ctx context.Context, b *branchFiles, in In) (Out, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var in In
-		r.Body = http.MaxBytesReader(w, r.Body, fileBodyLimit)
-		if err := decode(w, r, &in); err != nil {
+		if err := decodeLimit(w, r, &in, fileBodyLimit); err != nil {
 			s.fail(w, r, err)
 			return
 		}
@@ -498,6 +497,18 @@ func fileRead(_ context.Context, b *branchFiles, in FileReadRequest) (FileReadRe
 		}
 	}
 	buf = buf[:n]
+	eof := in.Offset+int64(n) >= size
+	if !eof && !utf8.Valid(buf) {
+		// The limit may cut a character of a text: stop before it (the
+		// next read starts with it).
+		for k := 1; k <= utf8.UTFMax-1 && k < len(buf); k++ {
+			if utf8.Valid(buf[:len(buf)-k]) {
+				buf = buf[:len(buf)-k]
+				break
+			}
+		}
+	}
+	n = len(buf)
 	res.Bytes, res.EOF = n, in.Offset+int64(n) >= size
 	if utf8.Valid(buf) {
 		res.Content = string(buf)

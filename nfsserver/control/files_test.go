@@ -71,6 +71,25 @@ func TestFilesThroughClient(t *testing.T) {
 	}
 }
 
+// A write up to MaxWriteBytes goes through (the body is larger than other
+// requests'), and a read whose limit cuts a character stops before it.
+func TestFilesLargeWriteAndCutCharacter(t *testing.T) {
+	ctx := context.Background()
+	m, dir := diskManager(t, 10)
+	c := serveBackend(t, m, dir)
+	big := strings.Repeat("é", 3<<20) // 6 MiB of two-byte characters
+	if w, err := c.WriteFile(ctx, "b", FileWriteRequest{Path: "big.txt", Content: big}); err != nil || w.Bytes != len(big) {
+		t.Fatalf("write of %d bytes: %+v, %v", len(big), w, err)
+	}
+	r, err := c.ReadFile(ctx, "b", FileReadRequest{Path: "big.txt", Offset: 0, Limit: 5})
+	if err != nil || r.Content != "éé" || r.Bytes != 4 || r.ContentBase64 != "" {
+		t.Fatalf("read of 5 bytes of two-byte characters: %+v, %v", r, err)
+	}
+	if _, err := c.WriteFile(ctx, "b", FileWriteRequest{Path: "huge.txt", Content: strings.Repeat("x", MaxWriteBytes+1)}); err == nil {
+		t.Fatal("a write above MaxWriteBytes succeeded")
+	}
+}
+
 func TestFilesConfinedToBranch(t *testing.T) {
 	ctx := context.Background()
 	m, dir := diskManager(t, 10)

@@ -292,9 +292,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v) // the client went away; nothing to do
 }
 
-// decode reads a JSON body into v, strictly: unknown fields are an error.
+// decode reads a JSON body of at most 1 MiB into v, strictly: unknown
+// fields are an error.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	return decodeLimit(w, r, v, 1<<20)
+}
+
+// decodeLimit is decode for a body of at most limit bytes.
+func decodeLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
