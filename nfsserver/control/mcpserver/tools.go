@@ -298,7 +298,7 @@ type JobOut struct {
 	State   string          `json:"state" jsonschema:"running, done (see records) or failed (see error)"`
 	Started string          `json:"started"`
 	Ended   string          `json:"ended,omitempty"`
-	Winner  string          `json:"winner,omitempty" jsonschema:"race, best_of: the attempt's branch that won (committed, or kept first)"`
+	Winner  string          `json:"winner,omitempty" jsonschema:"race, best_of: the branch of the attempt that won (committed; with keep, the first kept)"`
 	Records []runner.Record `json:"records"`
 	Error   *ToolError      `json:"error,omitempty"`
 }
@@ -312,7 +312,7 @@ func jobOf(j control.Job) JobOut {
 		out.Ended = j.Ended.UTC().Format(time.RFC3339Nano)
 	}
 	for _, r := range j.Records {
-		if j.Kind != control.JobExec && (r.Outcome == runner.OutcomeWon || r.State == branches.StateCommitted) {
+		if out.Winner == "" && j.Kind != control.JobExec && (r.Outcome == runner.OutcomeWon || r.State == branches.StateCommitted) {
 			out.Winner = r.Branch
 		}
 	}
