@@ -101,7 +101,9 @@ func Handler(o Options) (http.Handler, error) {
 	// The control socket is a unix socket: no browser reaches it, so the
 	// localhost DNS rebinding check (made for TCP) does not apply.
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
-		&mcp.StreamableHTTPOptions{Logger: o.Logger, DisableLocalhostProtection: true}), nil
+		&mcp.StreamableHTTPOptions{Logger: o.Logger, DisableLocalhostProtection: true,
+			// A file_write carries up to control.MaxWriteBytes, base64.
+			MaxRequestBodyBytes: 2*control.MaxWriteBytes + 1<<20}), nil
 }
 
 // errorMeta puts a failed tool's ToolError into the result's _meta.
