@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -103,7 +104,10 @@ func Handler(o Options) (http.Handler, error) {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s },
 		&mcp.StreamableHTTPOptions{Logger: o.Logger, DisableLocalhostProtection: true,
 			// A file_write carries up to control.MaxWriteBytes, base64.
-			MaxRequestBodyBytes: 2*control.MaxWriteBytes + 1<<20}), nil
+			MaxRequestBodyBytes: 2*control.MaxWriteBytes + 1<<20,
+			// A client that went away without ending its session does not
+			// hold it for the server's life.
+			SessionTimeout: time.Hour}), nil
 }
 
 // errorMeta puts a failed tool's ToolError into the result's _meta.
