@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -14,7 +15,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/branchnfs/branchnfs/internal/lograte"
 	"github.com/branchnfs/branchnfs/internal/testbin"
 )
 
@@ -248,4 +251,31 @@ func TestPeerCloserHelper(t *testing.T) {
 		nc.Close()
 	}
 	fmt.Printf("uid=%d sent=%d\n", os.Geteuid(), sent)
+}
+
+// TestRefusalsDoNotFloodTheLog: refused connections are logged once,
+// then at most once every lograte.Every with the count of those not
+// logged, as the control API's refused requests are.
+func TestRefusalsDoNotFloodTheLog(t *testing.T) {
+	var logBuf testbin.SyncBuffer
+	s, addr := startServer(t, fakeStore(), func(s *Server) {
+		s.opts.AllowUIDs = []uint32{uint32(os.Geteuid()) + 1}
+		s.log = slog.New(slog.NewTextHandler(&logBuf, nil))
+	})
+	const n = 300
+	for range n {
+		if ok, err := nullCall(addr, nil); err != nil || ok {
+			t.Fatalf("refused client answered (%v)", err)
+		}
+	}
+	settle(t, s)
+	if got := s.Metrics().Refused; got != n {
+		t.Fatalf("Refused = %d, want %d", got, n)
+	}
+	if lines := strings.Count(logBuf.String(), "nfs: connection refused"); lines != 1 {
+		t.Fatalf("%d refusals logged %d lines, want 1:\n%s", n, lines, logBuf.String())
+	}
+	if ok, unlogged := s.refusals.Allow(time.Now().Add(lograte.Every + time.Second)); !ok || unlogged != n-1 {
+		t.Fatalf("after the interval: Allow = %v, %d unlogged; want true, %d", ok, unlogged, n-1)
+	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/internal/lograte"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,7 +53,8 @@ type Options struct {
 	// a connection from a privileged source port (the kernel's NFS client)
 	// is always served; one from an unprivileged port only if the peer
 	// socket, looked up in /proc/net/tcp and tcp6, belongs to one of
-	// these uids. Others are refused and logged. nil means the server's
+	// these uids. Others are refused and logged (the first refusal, then
+	// one line every lograte.Every with the count of the rest). nil means the server's
 	// effective uid and root. macOS cannot tell (README, "Guarantees").
 	AllowUIDs []uint32
 	// MaxConnections caps the open connections; more are closed at once,
@@ -142,14 +144,15 @@ type Server struct {
 	closeCh chan struct{}  // closed by Close
 	serving sync.WaitGroup // Serve calls running
 
-	macs    sync.Pool    // of *hash.Hash keyed with secret
-	handles *handleCache // nil: no cache (servers built by tests without New)
-	mounts  mountTable
-	root    rootState
-	metrics counters
-	inline  inlineWatch
-	workers workers
-	procs   *procGovernor // nil unless Options.AdaptProcs (and more than one processor)
+	macs     sync.Pool    // of *hash.Hash keyed with secret
+	handles  *handleCache // nil: no cache (servers built by tests without New)
+	mounts   mountTable
+	root     rootState
+	metrics  counters
+	refusals lograte.Limiter // limits the log lines of refused connections
+	inline   inlineWatch
+	workers  workers
+	procs    *procGovernor // nil unless Options.AdaptProcs (and more than one processor)
 
 	mu     sync.Mutex // protects the following
 	conns  map[*conn]struct{}
@@ -268,7 +271,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		if len(s.conns) >= s.opts.MaxConnections {
 			s.mu.Unlock()
 			s.metrics.refused.Add(1)
-			s.log.Warn("nfs: connection refused: too many connections", "remote", c.remote, "max", s.opts.MaxConnections)
+			if ok, n := s.refusals.Allow(time.Now()); ok {
+				s.log.Warn("nfs: connection refused: too many connections", "remote", c.remote, "max", s.opts.MaxConnections,
+					"refused_unlogged", n)
+			}
 			nc.Close()
 			continue
 		}
@@ -440,7 +446,9 @@ func (c *conn) admit() bool {
 	}
 	if err := checkPeer(local, remote, c.s.opts.AllowUIDs); err != nil {
 		c.s.metrics.refused.Add(1)
-		c.s.log.Warn("nfs: connection refused", "remote", c.remote, "reason", err)
+		if ok, n := c.s.refusals.Allow(time.Now()); ok {
+			c.s.log.Warn("nfs: connection refused", "remote", c.remote, "reason", err, "refused_unlogged", n)
+		}
 		c.nc.Close()
 		return false
 	}

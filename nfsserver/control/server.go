@@ -15,6 +15,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/attempt/runner"
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/internal/lograte"
 )
 
 // SocketName is the file name of the control socket inside the store
@@ -134,7 +135,7 @@ type Server struct {
 	opts    ServerOptions // read only
 	hs      *http.Server
 	jobs    *jobs
-	refused refusalLog
+	refused lograte.Limiter // limits the log lines of refused requests
 }
 
 // NewServer returns a Server for opts.
