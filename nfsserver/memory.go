@@ -118,7 +118,8 @@ type callMemory struct {
 	mu    sync.Mutex // protects the following
 	used  int64
 	peak  int64
-	freed chan struct{} // closed, and replaced, when memory is released
+	freed chan struct{} // closed, and replaced, when memory is released while waited for
+	wait  bool          // someone got freed since it was last closed
 
 	lastSqueeze atomic.Int64 // Unix nanoseconds
 }
@@ -144,6 +145,7 @@ func (m *callMemory) tryAcquire(n int64, holding bool) (ok bool, freed <-chan st
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.used+n > limit {
+		m.wait = true
 		return false, m.freed
 	}
 	m.used += n
@@ -159,8 +161,11 @@ func (m *callMemory) release(n int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.used -= n
-	close(m.freed)
-	m.freed = make(chan struct{})
+	if m.wait {
+		m.wait = false
+		close(m.freed)
+		m.freed = make(chan struct{})
+	}
 }
 
 func (m *callMemory) usage() (used, peak int64) {
