@@ -386,9 +386,17 @@ type conn struct {
 	// not of "/") this connection used to the time, in Unix nanoseconds,
 	// of the last use: *atomic.Int64 by branches.BranchID.
 	used sync.Map
+	// usedN counts the entries of used, at least, since the last look
+	// for ended branches, which comes when it reaches usedPruneAt.
+	usedMu      sync.Mutex // protects the following; a leaf
+	usedN       int
+	usedPruneAt int
 }
 
-// touch records a use of branch's handles.
+// touch records a use of branch's handles. The uses of branches that
+// ended go with them: each time the connection's record has doubled since
+// the last look, touch drops them (a connection that lives across many
+// branches keeps no record per ended branch).
 func (c *conn) touch(b branches.BranchID) {
 	now := time.Now().UnixNano()
 	if v, ok := c.used.Load(b); ok {
@@ -399,7 +407,23 @@ func (c *conn) touch(b branches.BranchID) {
 	t.Store(now)
 	if v, loaded := c.used.LoadOrStore(b, t); loaded {
 		v.(*atomic.Int64).Store(now)
+		return
 	}
+	c.usedMu.Lock()
+	defer c.usedMu.Unlock()
+	if c.usedN++; c.usedN < c.usedPruneAt {
+		return
+	}
+	c.usedN = 0
+	c.used.Range(func(k, _ any) bool {
+		if id := k.(branches.BranchID); id != b && c.s.branchEnded(id) {
+			c.used.Delete(k)
+		} else {
+			c.usedN++
+		}
+		return true
+	})
+	c.usedPruneAt = max(2*c.usedN, minPrune)
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
