@@ -25,8 +25,9 @@ import (
 // such as a new client's first call. So that clients which never read
 // their replies cannot keep the rest waiting either, a connection that
 // waits for memory shortens the write deadline of every connection whose
-// write has been stuck: one that made no progress for stallAfter is
-// closed, and its memory freed (Metrics.StalledWrites).
+// write has been stuck: one whose write (of a batch of replies) has not
+// finished stallAfter after it began is closed, and its memory freed
+// (Metrics.StalledWrites).
 //
 // A connection whose client is gone (its write failed, or its read ended)
 // reads no more calls, and a call it read but did not start yet is
@@ -43,7 +44,7 @@ const (
 	// header with two credentials of maxAuthBody, a handle and the
 	// arguments before a READDIRPLUS's maxcount.
 	callPeek = 24 + 2*(8+maxAuthBody) + 4 + fhSize + 24
-	// defaultStallAfter is how long a write may make no progress, while
+	// defaultStallAfter is how long a write of replies may take, while
 	// other connections wait for memory, before its connection is closed.
 	defaultStallAfter = 10 * time.Second
 	// squeezeEvery is how often a connection waiting for memory looks for

@@ -157,7 +157,7 @@ type Server struct {
 	root    rootState
 	metrics counters
 	mem     callMemory // memory of calls and unwritten replies (memory.go)
-	// stallAfter is how long a write may make no progress while other
+	// stallAfter is how long a write of replies may take while other
 	// connections wait for memory (defaultStallAfter; tests shorten it).
 	stallAfter time.Duration
 	refusals   lograte.Limiter // limits the log lines of refused connections
