@@ -29,10 +29,11 @@ func TestDiagUID(t *testing.T) {
 			}
 			defer c.Close()
 			peer, server := c.LocalAddr().(*net.TCPAddr), ln.Addr().(*net.TCPAddr)
-			uid, ok, err := diagUID(peer, server)
-			if err != nil || !ok {
-				t.Fatalf("diagUID(%v, %v) = %d, %v, %v; want the client socket found", peer, server, uid, ok, err)
+			ps, ok, err := diagUID(peer, server)
+			if err != nil || !ok || !ps.owned() {
+				t.Fatalf("diagUID(%v, %v) = %+v, %v, %v; want the client socket found, connected and held", peer, server, ps, ok, err)
 			}
+			uid := ps.uid
 			if want := uint32(os.Geteuid()); uid != want {
 				t.Errorf("diagUID = uid %d, want %d", uid, want)
 			}
@@ -46,8 +47,8 @@ func TestDiagUID(t *testing.T) {
 			if server.Port == 65535 {
 				other.Port = 1
 			}
-			if uid, ok, err := diagUID(absent, other); err != nil || ok {
-				t.Errorf("diagUID of a socket that does not exist = %d, %v, %v; want not found", uid, ok, err)
+			if ps, ok, err := diagUID(absent, other); err != nil || ok {
+				t.Errorf("diagUID of a socket that does not exist = %+v, %v, %v; want not found", ps, ok, err)
 			}
 			if _, err := socketUID(absent, other); err == nil {
 				t.Error("socketUID of a socket that does not exist: no error")
@@ -91,4 +92,39 @@ func BenchmarkSocketUID(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestClosedSocketHasNoOwner: a client socket closed by its process stays
+// in the kernel's tables (FIN_WAIT2, then TIME_WAIT) under uid 0; neither
+// lookup may report it as root's.
+func TestClosedSocketHasNoOwner(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close() // the server end stays open: the client's stays in the table
+	peer, server := c.LocalAddr().(*net.TCPAddr), ln.Addr().(*net.TCPAddr)
+	c.Close()
+	ps, ok, err := diagUID(peer, server)
+	if err != nil || !ok {
+		t.Fatalf("diagUID of a closed socket = %+v, %v, %v; want it found (the kernel keeps it)", ps, ok, err)
+	}
+	if ps.owned() {
+		t.Fatalf("diagUID of a closed socket = %+v: reported as held by uid %d", ps, ps.uid)
+	}
+	if uid, err := socketUID(peer, server); err == nil {
+		t.Fatalf("socketUID of a closed socket = uid %d, no error", uid)
+	}
+	if uid, err := procUID(peer, server); err == nil {
+		t.Fatalf("procUID of a closed socket = uid %d, no error", uid)
+	}
 }

@@ -13,9 +13,11 @@
 // in flight or waiting runs on the reading goroutine itself (inlineCall). Replies go out in completion order and never interleave:
 // they are queued under the connection's write mutex, and one goroutine at a
 // time writes the queue with one writev per batch, outside the mutex; clients
-// match them by XID. While maxQueued reply bytes wait to be written, the
-// connection's requests are not read (a client that does not read its
-// replies cannot grow the heap). A panic in a procedure is recovered,
+// match them by XID. A call is read only once its memory (its
+// record's and its reply's buffers) fits in the connection's and the
+// server's budgets, given back when its reply is written (memory.go): a
+// client that does not read its replies stops being read, and cannot grow
+// the heap. A panic in a procedure is recovered,
 // logged and answered SYSTEM_ERR.
 //
 // # Procedures

@@ -43,7 +43,7 @@ type inlineWatch struct {
 // runInline runs the call rec on the reading goroutine, which reads br.
 // If the watcher hands the reading to another goroutine meanwhile,
 // runInline reports true and the caller stops reading.
-func (c *conn) runInline(br *bufio.Reader, rec []byte, oversize bool) (handedOff bool) {
+func (c *conn) runInline(br *bufio.Reader, rec []byte, oversize bool, cost int64) (handedOff bool) {
 	s := c.s
 	s.metrics.inFlight.Add(1)
 	s.procs.callStarted()
@@ -55,7 +55,7 @@ func (c *conn) runInline(br *bufio.Reader, rec []byte, oversize bool) (handedOff
 	if !s.inline.running.Load() && s.inline.running.CompareAndSwap(false, true) {
 		go s.watchInline()
 	}
-	c.handle(rec, oversize)
+	c.handle(rec, oversize, cost)
 	c.imu.Lock()
 	c.iRunning = false
 	handedOff = c.iHanded
@@ -187,7 +187,12 @@ const oneAtATimeCalls = 4
 // readCount returns the count of the NFS READ or WRITE call rec (both
 // put it after the handle and the offset); ok false if rec is too short
 // to hold one.
-func readCount(rec []byte) (count uint32, ok bool) {
+func readCount(rec []byte) (count uint32, ok bool) { return argAfterHandle(rec, 8) }
+
+// argAfterHandle returns the 32-bit argument skip bytes after the file
+// handle that starts the arguments of the NFS call rec; ok false if rec
+// is too short to hold it.
+func argAfterHandle(rec []byte, skip int) (arg uint32, ok bool) {
 	at := 24      // xid, type, RPC version, program, version, procedure
 	for range 2 { // the credential and the verifier: flavor, length, body
 		if len(rec) < at+8 {
@@ -206,7 +211,7 @@ func readCount(rec []byte) (count uint32, ok bool) {
 	if fh > fhSize {
 		return 0, false
 	}
-	at += 4 + int(fh+3)&^3 + 8 // the handle, then the offset
+	at += 4 + int(fh+3)&^3 + skip
 	if len(rec) < at+4 {
 		return 0, false
 	}

@@ -1,6 +1,7 @@
 package nfsserver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -23,11 +24,11 @@ const InUseWindow = time.Minute
 // attempts of exec and race run there and commit their own branch). The
 // list is empty when nobody uses the branch.
 func (s *Server) BranchUsers(name string) []string {
-	users := s.mounts.clients(name)
+	_, info, err := s.opts.Branches.View(name)
+	users := s.mounts.clients(name, info.ID) // info.ID is 0 on error: any of that name
 	for i, u := range users {
 		users[i] = u + " mounted"
 	}
-	_, info, err := s.opts.Branches.View(name)
 	if err != nil {
 		return users
 	}
@@ -44,6 +45,13 @@ func (s *Server) BranchUsers(name string) []string {
 	s.mu.Unlock()
 	slices.Sort(recent)
 	return append(users, recent...)
+}
+
+// branchEnded reports whether branch id was committed, aborted or
+// invalidated (or is unknown: ids are never reused).
+func (s *Server) branchEnded(id branches.BranchID) bool {
+	_, _, err := s.opts.Branches.ViewByID(id)
+	return errors.Is(err, branches.ErrStale)
 }
 
 // forgetUse forgets the recorded use of branch's handles (every branch's

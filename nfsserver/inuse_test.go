@@ -104,3 +104,59 @@ func TestBranchUsers(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestEndedBranchRecordsForgotten: a client that mounts branch after
+// branch, uses each and never unmounts (nfs-cp, while the branches are
+// committed or aborted with force) leaves no record per ended branch: the
+// mount table and the connection's record of used branches stay at the
+// size of a few live branches however many branches lived.
+func TestEndedBranchRecordsForgotten(t *testing.T) {
+	ctx := context.Background()
+	m := newManager(t, "")
+	s, addr := startServer(t, m, nil)
+	c := dialRaw(t, addr)
+	k := c.as(authRoot)
+	const rounds = 2000
+	for i := range rounds {
+		name := fmt.Sprintf("soak%d", i)
+		if _, err := m.Fork(ctx, "main", name); err != nil {
+			t.Fatal(err)
+		}
+		root := c.mnt("/" + name)
+		if _, st := k.getattr(root); st != 0 {
+			t.Fatalf("GETATTR of %s: %d", name, st)
+		}
+		if users := s.BranchUsers(name); len(users) != 2 {
+			t.Fatalf("BranchUsers(%s) = %q, want its mount and its connection", name, users)
+		}
+		var err error
+		if i%2 == 0 {
+			_, err = m.Commit(ctx, name)
+		} else {
+			_, err = m.Abort(ctx, name)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.mounts.mu.Lock()
+	mounts := len(s.mounts.m)
+	s.mounts.mu.Unlock()
+	s.mu.Lock()
+	used := 0
+	for sc := range s.conns {
+		sc.used.Range(func(_, _ any) bool { used++; return true })
+	}
+	s.mu.Unlock()
+	t.Logf("after %d branch lifetimes: %d mount entries, %d used-branch entries", rounds, mounts, used)
+	if mounts > minPrune || used > minPrune {
+		t.Fatalf("after %d branch lifetimes the server holds %d mount entries and %d used-branch entries; want at most %d each", rounds, mounts, used, minPrune)
+	}
+	// A branch forked under an ended branch's name has none of its users.
+	if _, err := m.Fork(ctx, "main", "soak1"); err != nil {
+		t.Fatal(err)
+	}
+	if users := s.BranchUsers("soak1"); len(users) != 0 {
+		t.Fatalf("BranchUsers of a new branch named as an ended one = %q, want none", users)
+	}
+}

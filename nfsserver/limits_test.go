@@ -270,3 +270,106 @@ func TestIdleConnectionClosed(t *testing.T) {
 	}
 	waitClosed(t, nc)
 }
+
+// Clients that send 1 MiB READs and never read the replies hold at most
+// Options.MaxCallMemory of the server's memory between them; a fresh
+// client is still served (a connection whose replies stay unread is
+// closed once others wait for memory); and when the clients are gone,
+// their memory comes back.
+func TestCallMemoryBounded(t *testing.T) {
+	const budget = 8 << 20
+	m := newManager(t, "")
+	s, addr := startServer(t, m, func(s *Server) {
+		s.opts.MaxCallMemory = budget
+		s.mem.init(budget)
+		s.stallAfter = 200 * time.Millisecond
+	})
+	c := dialRaw(t, addr)
+	k := c.as(authRoot)
+	root := c.mnt("/main")
+	fh, _, st := k.create(root, "big", 1, sa{})
+	must(t, st, "create")
+	chunk := make([]byte, maxIO)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	_, _, _, st = k.write(fh, 0, chunk, unstable)
+	must(t, st, "write")
+	if _, _, st := k.read(fh, 0, maxIO); st != 0 { // the store's caches fill
+		t.Fatalf("READ: %d", st)
+	}
+
+	before := heapInuse()
+	const hogs, calls = 24, 64 // 1.5 GiB of replies
+	var flood []byte
+	for i := range calls {
+		rec := callMsg(uint32(i+1), 2, progNFS, 3, 6, authRoot, args(fh, uint64(0), uint32(maxIO)))
+		flood = binary.BigEndian.AppendUint32(flood, 0x80000000|uint32(len(rec)))
+		flood = append(flood, rec...)
+	}
+	var conns []net.Conn
+	for range hogs {
+		hog, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hog.Close()
+		hog.(*net.TCPConn).SetReadBuffer(16 << 10)
+		if _, err := hog.Write(flood); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, hog)
+	}
+	// Sample the heap while the hogs' calls are read and stuck.
+	var maxGrown int64
+	for range 10 {
+		time.Sleep(50 * time.Millisecond)
+		maxGrown = max(maxGrown, int64(heapInuse())-int64(before))
+	}
+
+	// A fresh client is served.
+	data, _, st := k.read(fh, 0, maxIO)
+	must(t, st, "READ by another client")
+	if len(data) != maxIO || data[12345] != chunk[12345] {
+		t.Fatalf("READ by another client returned %d bytes", len(data))
+	}
+	maxGrown = max(maxGrown, int64(heapInuse())-int64(before))
+
+	for _, hog := range conns {
+		hog.Close()
+	}
+	settle(t, s)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mt := s.Metrics()
+		if mt.CallMemory == 0 && mt.OpenConnections == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hogs' memory never came back: %d bytes held, %d connections open", mt.CallMemory, mt.OpenConnections)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mt := s.Metrics()
+	t.Logf("calls read: %d of %d; call memory peak %d KiB of %d; heap grew by at most %d MiB; throttled %d, stalled writes %d, dropped %d",
+		mt.Requests, hogs*calls, mt.CallMemoryPeak>>10, budget>>10, maxGrown>>20, mt.Throttled, mt.StalledWrites, mt.DroppedCalls)
+	if mt.CallMemoryPeak > budget {
+		t.Fatalf("call memory peaked at %d bytes, over the budget of %d", mt.CallMemoryPeak, budget)
+	}
+	// The calls of a connection that is gone are not read: most of
+	// the hogs' calls never were.
+	if mt.Requests >= hogs*calls/2 {
+		t.Fatalf("%d of the hogs' %d calls were read and run", mt.Requests, hogs*calls)
+	}
+	if mt.CallMemoryPeak == 0 || mt.Throttled == 0 {
+		t.Fatalf("call memory never used (peak %d) or never full (throttled %d)", mt.CallMemoryPeak, mt.Throttled)
+	}
+	// The budget, the hogs' read buffers and pools' slack.
+	if maxGrown > budget+24<<20 {
+		t.Fatalf("heap grew by %d MiB for clients that do not read their replies, with a budget of %d MiB", maxGrown>>20, budget>>20)
+	}
+	// The fresh client still works.
+	if _, _, st := k.read(fh, 0, 4096); st != 0 {
+		t.Fatalf("READ after the hogs left: %d", st)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/cowfs"
 )
 
@@ -31,27 +32,47 @@ const (
 )
 
 // mountTable remembers who mounted what, for DUMP and for BranchUsers. It
-// is advisory, as in every NFS server: UMNT may never come.
+// is advisory, as in every NFS server: UMNT may never come. The mounts of
+// a branch that ended (committed, aborted, invalidated) go with it: each
+// time the table has doubled since the last look, add drops them, so
+// a client that mounts branch after branch and never unmounts (nfs-cp)
+// leaves no record per branch.
 type mountTable struct {
-	mu  sync.Mutex               // protects the following
-	m   map[[2]string]mountEntry // by (client name, path)
-	seq uint64                   // of the latest MNT
+	// Lock order: mu, then the Branches' own locks (add calls ended).
+	mu      sync.Mutex               // protects the following
+	m       map[[2]string]mountEntry // by (client name, path)
+	seq     uint64                   // of the latest MNT
+	pruneAt int                      // size at which add next drops ended branches' mounts
 }
 
 type mountEntry struct {
-	seq    uint64 // order of the MNT: the lowest is dropped first
-	branch string // the branch of the path; "" for "/"
+	seq    uint64            // order of the MNT: the lowest is dropped first
+	branch string            // the branch of the path; "" for "/"
+	id     branches.BranchID // the branch's id; 0 for "/"
 }
+
+// minPrune is the size below which the per-branch records (mountTable,
+// conn.used) are not searched for ended branches.
+const minPrune = 16
 
 func (t *mountTable) init() { t.m = make(map[[2]string]mountEntry) }
 
-// add records a mount, dropping the oldest entry when the table is full.
-// It returns the dropped key, if any.
-func (t *mountTable) add(client, path, branch string) (dropped [2]string, ok bool) {
+// add records a mount of branch id, dropping the oldest entry when the
+// table is full. It returns the dropped key, if any. ended tells the
+// branches that ended.
+func (t *mountTable) add(client, path, branch string, id branches.BranchID, ended func(branches.BranchID) bool) (dropped [2]string, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if len(t.m) >= t.pruneAt {
+		for k, e := range t.m {
+			if e.id != 0 && ended(e.id) {
+				delete(t.m, k)
+			}
+		}
+		t.pruneAt = max(2*len(t.m), minPrune)
+	}
 	t.seq++
-	t.m[[2]string{client, path}] = mountEntry{seq: t.seq, branch: branch}
+	t.m[[2]string{client, path}] = mountEntry{seq: t.seq, branch: branch, id: id}
 	if len(t.m) <= maxMounts {
 		return dropped, false
 	}
@@ -65,13 +86,14 @@ func (t *mountTable) add(client, path, branch string) (dropped [2]string, ok boo
 	return dropped, true
 }
 
-// clients lists "CLIENT:PATH" for every mount of branch, sorted.
-func (t *mountTable) clients(branch string) []string {
+// clients lists "CLIENT:PATH" for every mount of branch, sorted: of the
+// branch of that name with id id, unless id is 0.
+func (t *mountTable) clients(branch string, id branches.BranchID) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []string
 	for k, e := range t.m {
-		if e.branch == branch {
+		if e.branch == branch && (id == 0 || e.id == id) {
 			out = append(out, k[0]+":"+k[1])
 		}
 	}
@@ -132,11 +154,11 @@ func mountMnt(r *request, d *decoder, e *encoder) error {
 		e.u32(mountStatus(err))
 		return nil
 	}
-	branch := ""
+	branch, id := "", branches.BranchID(0)
 	if !n.isSyntheticRoot() {
-		branch = n.info.Name
+		branch, id = n.info.Name, n.info.ID
 	}
-	if k, ok := r.s.mounts.add(r.clientName(), p, branch); ok {
+	if k, ok := r.s.mounts.add(r.clientName(), p, branch, id, r.s.branchEnded); ok {
 		r.s.log.Info("mount: table full; forgetting the oldest mount", "client", k[0], "path", k[1], "max", maxMounts)
 	}
 	r.s.log.Info("mount: granted", "path", p, "client", r.clientName(), "branch", n.info.Name)

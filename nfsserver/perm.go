@@ -49,7 +49,8 @@ func (c *cred) may(a *cowfs.Attr, want uint32) bool {
 
 // access computes the ACCESS3 bits granted on a, restricted to want.
 //
-// The owner is granted MODIFY whatever the mode. macOS's client asks ACCESS
+// The owner of a regular file or a directory is granted MODIFY whatever
+// the mode. macOS's client asks ACCESS
 // for MODIFY before a chmod, chown, utimes or extended-attribute change
 // (nfs_vnop_access maps KAUTH_VNODE_WRITE_ATTRIBUTES and WRITE_SECURITY to
 // MODIFY) and refuses them locally without it, although SETATTR lets the
@@ -57,6 +58,9 @@ func (c *cred) may(a *cowfs.Attr, want uint32) bool {
 // too. EXTEND still follows the mode: macOS and Linux both count a regular
 // file writable only with MODIFY and EXTEND, so an open for writing of the
 // owner's read-only file is still refused by the client, as on a local disk.
+// A FIFO, a device or a socket follows its mode alone: for those, Linux's
+// client takes any one of MODIFY, EXTEND or DELETE as leave to open for
+// writing, so the owner's 0477 FIFO would open read-write.
 func (c *cred) access(a *cowfs.Attr, want uint32) uint32 {
 	var got uint32
 	if c.may(a, mayRead) {
@@ -78,7 +82,7 @@ func (c *cred) access(a *cowfs.Attr, want uint32) uint32 {
 			got |= access3Execute
 		}
 	}
-	if c.owns(a) {
+	if c.owns(a) && (a.Type == cowfs.TypeRegular || a.Type == cowfs.TypeDir) {
 		got |= access3Modify
 	}
 	return got & want

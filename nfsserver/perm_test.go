@@ -148,6 +148,19 @@ func TestPermissions(t *testing.T) {
 		must(t, st, "create alice-ro")
 		aliceDir, _, st := alice.mkdir(shared, "alice-dir", 0o555)
 		must(t, st, "mkdir alice-dir")
+		// Her own mode-0477 FIFO, socket and character device: a FIFO or
+		// a device is written through its open, which the Linux client
+		// allows on any one of MODIFY, EXTEND or DELETE; only the mode
+		// may grant them.
+		aliceFIFO, _, st := alice.mknod(shared, "alice-fifo", 7, 0o477, 0, 0)
+		must(t, st, "mknod alice-fifo")
+		aliceSock, _, st := alice.mknod(shared, "alice-sock", 6, 0o477, 0, 0)
+		must(t, st, "mknod alice-sock")
+		aliceChr, _, st := rootK.mknod(shared, "alice-chr", 4, 0o477, 1, 3)
+		must(t, st, "mknod alice-chr")
+		must(t, rootK.setattr(aliceChr, sa{uid: u32p(1000), mode: u32p(0o477)}), "chown alice-chr")
+		aliceFIFOrw, _, st := alice.mknod(shared, "alice-fifo-rw", 7, 0o677, 0, 0)
+		must(t, st, "mknod alice-fifo-rw")
 		cases := []struct {
 			name string
 			k    caller
@@ -163,6 +176,10 @@ func TestPermissions(t *testing.T) {
 			{"bob on 0750 file", bob, exe, 0},
 			{"alice on 0777 dir", alice, shared, access3Read | access3Lookup | access3Modify | access3Extend | access3Delete},
 			{"alice on 0755 dir", alice, locked, access3Read | access3Lookup},
+			{"alice on her own 0477 FIFO", alice, aliceFIFO, access3Read},
+			{"alice on her own 0477 socket", alice, aliceSock, access3Read},
+			{"alice on her own 0477 char device", alice, aliceChr, access3Read},
+			{"alice on her own 0677 FIFO", alice, aliceFIFOrw, access3Read | access3Modify | access3Extend},
 		}
 		for _, tc := range cases {
 			got, st := tc.k.access(tc.fh, all)

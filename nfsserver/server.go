@@ -19,6 +19,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/branchnfs/branchnfs/internal/lograte"
 	"golang.org/x/sys/unix"
 )
 
@@ -52,7 +53,8 @@ type Options struct {
 	// a connection from a privileged source port (the kernel's NFS client)
 	// is always served; one from an unprivileged port only if the peer
 	// socket, looked up in /proc/net/tcp and tcp6, belongs to one of
-	// these uids. Others are refused and logged. nil means the server's
+	// these uids. Others are refused and logged (the first refusal, then
+	// one line every lograte.Every with the count of the rest). nil means the server's
 	// effective uid and root. macOS cannot tell (README, "Guarantees").
 	AllowUIDs []uint32
 	// MaxConnections caps the open connections; more are closed at once,
@@ -71,6 +73,11 @@ type Options struct {
 	// time, and back as soon as two overlap (procs.go). A program that
 	// runs other work beside the server should leave it off.
 	AdaptProcs bool
+	// MaxCallMemory bounds the memory of the calls read and of the
+	// replies not yet written, all connections together (memory.go):
+	// a connection reads its next call only once the call's buffers fit.
+	// 0 means DefaultMaxCallMemory.
+	MaxCallMemory int64
 	// KeepPacing leaves a loopback connection's TCP congestion control
 	// as the system chose it. By default, on Linux, a loopback connection
 	// whose congestion control paces its sending (bbr) is switched to
@@ -105,6 +112,9 @@ func (o *Options) EnsureDefaults() {
 	if o.RecordTimeout <= 0 {
 		o.RecordTimeout = DefaultRecordTimeout
 	}
+	if o.MaxCallMemory <= 0 {
+		o.MaxCallMemory = DefaultMaxCallMemory
+	}
 	if o.AllowUIDs == nil {
 		o.AllowUIDs = []uint32{0}
 		if uid := os.Geteuid(); uid != 0 {
@@ -118,7 +128,6 @@ const (
 	maxIO         = 1 << 20        // rtmax = wtmax = 1 MiB
 	maxRecord     = maxIO + 64<<10 // largest RPC record accepted
 	maxInFlight   = 32             // concurrent requests per connection
-	maxQueued     = 4 << 20        // reply bytes queued per connection before reading pauses
 	writeDeadline = 2 * time.Minute
 )
 
@@ -147,9 +156,14 @@ type Server struct {
 	mounts  mountTable
 	root    rootState
 	metrics counters
-	inline  inlineWatch
-	workers workers
-	procs   *procGovernor // nil unless Options.AdaptProcs (and more than one processor)
+	mem     callMemory // memory of calls and unwritten replies (memory.go)
+	// stallAfter is how long a write of replies may take while other
+	// connections wait for memory (defaultStallAfter; tests shorten it).
+	stallAfter time.Duration
+	refusals   lograte.Limiter // limits the log lines of refused connections
+	inline     inlineWatch
+	workers    workers
+	procs      *procGovernor // nil unless Options.AdaptProcs (and more than one processor)
 
 	mu     sync.Mutex // protects the following
 	conns  map[*conn]struct{}
@@ -179,6 +193,8 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("nfsserver: write verifier: %w", err)
 	}
 	s.mounts.init()
+	s.mem.init(opts.MaxCallMemory)
+	s.stallAfter = defaultStallAfter
 	s.workers = workers{calls: make(chan func()), stop: s.closeCh}
 	if opts.AdaptProcs {
 		if s.procs = newProcGovernor(nil); s.procs != nil {
@@ -268,7 +284,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		if len(s.conns) >= s.opts.MaxConnections {
 			s.mu.Unlock()
 			s.metrics.refused.Add(1)
-			s.log.Warn("nfs: connection refused: too many connections", "remote", c.remote, "max", s.opts.MaxConnections)
+			if ok, n := s.refusals.Allow(time.Now()); ok {
+				s.log.Warn("nfs: connection refused: too many connections", "remote", c.remote, "max", s.opts.MaxConnections,
+					"refused_unlogged", n)
+			}
 			nc.Close()
 			continue
 		}
@@ -339,15 +358,26 @@ type conn struct {
 	aloneRun int
 
 	broken atomic.Bool // a write failed; the connection is closed
+	// gone is set when the client is gone (a write failed, or the read
+	// ended): no more calls are read, and those not started are dropped.
+	gone atomic.Bool
+	// stopCh is closed (once, by quit) when the connection stops reading
+	// or its client is gone: it wakes a reader waiting for memory.
+	stopCh   chan struct{}
+	quitOnce sync.Once
+	// writeSince is when the write in progress began, in Unix
+	// nanoseconds; 0 while none is (squeeze).
+	writeSince atomic.Int64
 
 	// Lock order: Server.mu, then wmu.
-	wmu      sync.Mutex // protects the following
-	drained  sync.Cond  // L is &wmu; signalled when queued drops or stopping is set
-	writing  bool       // a goroutine is writing queue
-	queue    [][]byte   // reply records waiting to be written
-	spare    [][]byte
-	queued   int  // bytes of replies queued or being written
-	stopping bool // stopReading was called
+	wmu       sync.Mutex // protects the following
+	drained   sync.Cond  // L is &wmu; signalled when held drops or stopping is set
+	writing   bool       // a goroutine is writing queue
+	queue     [][]byte   // reply records waiting to be written
+	spare     [][]byte
+	queueCost int64 // call memory (reserve) of the replies in queue
+	held      int64 // call memory of the calls read and not yet answered
+	stopping  bool  // stopReading was called
 
 	wbufs [][]byte     // used by the writer only, outside wmu
 	iov   []unix.Iovec // used by the writer only, outside wmu
@@ -356,9 +386,17 @@ type conn struct {
 	// not of "/") this connection used to the time, in Unix nanoseconds,
 	// of the last use: *atomic.Int64 by branches.BranchID.
 	used sync.Map
+	// usedN counts the entries of used, at least, since the last look
+	// for ended branches, which comes when it reaches usedPruneAt.
+	usedMu      sync.Mutex // protects the following; a leaf
+	usedN       int
+	usedPruneAt int
 }
 
-// touch records a use of branch's handles.
+// touch records a use of branch's handles. The uses of branches that
+// ended go with them: each time the connection's record has doubled since
+// the last look, touch drops them (a connection that lives across many
+// branches keeps no record per ended branch).
 func (c *conn) touch(b branches.BranchID) {
 	now := time.Now().UnixNano()
 	if v, ok := c.used.Load(b); ok {
@@ -369,12 +407,28 @@ func (c *conn) touch(b branches.BranchID) {
 	t.Store(now)
 	if v, loaded := c.used.LoadOrStore(b, t); loaded {
 		v.(*atomic.Int64).Store(now)
+		return
 	}
+	c.usedMu.Lock()
+	defer c.usedMu.Unlock()
+	if c.usedN++; c.usedN < c.usedPruneAt {
+		return
+	}
+	c.usedN = 0
+	c.used.Range(func(k, _ any) bool {
+		if id := k.(branches.BranchID); id != b && c.s.branchEnded(id) {
+			c.used.Delete(k)
+		} else {
+			c.usedN++
+		}
+		return true
+	})
+	c.usedPruneAt = max(2*c.usedN, minPrune)
 }
 
 func (s *Server) newConn(nc net.Conn) *conn {
 	s.metrics.conns.Add(1)
-	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), sem: make(chan struct{}, maxInFlight)}
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), sem: make(chan struct{}, maxInFlight), stopCh: make(chan struct{})}
 	c.drained.L = &c.wmu
 	return c
 }
@@ -385,6 +439,21 @@ func (c *conn) stopReading() {
 	c.nc.SetReadDeadline(time.Now())
 	c.drained.Broadcast()
 	c.wmu.Unlock()
+	c.quit()
+}
+
+func (c *conn) quit() { c.quitOnce.Do(func() { close(c.stopCh) }) }
+
+// markGone notes that the client is gone: no more of its calls are read
+// or started.
+func (c *conn) markGone() {
+	if c.gone.Swap(true) {
+		return
+	}
+	c.wmu.Lock()
+	c.drained.Broadcast()
+	c.wmu.Unlock()
+	c.quit()
 }
 
 // readDeadline sets the read deadline unless the connection stops reading
@@ -414,22 +483,6 @@ func temporaryAcceptError(err error) bool {
 	return false
 }
 
-// waitQueue waits until fewer than maxQueued reply bytes wait to be sent,
-// so that a client that sends requests but does not read the replies
-// stops being read instead of growing the server's memory. It reports
-// false when the connection stops reading meanwhile.
-func (c *conn) waitQueue() bool {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.queued >= maxQueued && !c.stopping {
-		c.s.metrics.throttled.Add(1)
-		for c.queued >= maxQueued && !c.stopping {
-			c.drained.Wait()
-		}
-	}
-	return !c.stopping
-}
-
 // admit checks who connects (Options.AllowUIDs) and closes the connection
 // of a peer that may not.
 func (c *conn) admit() bool {
@@ -440,7 +493,9 @@ func (c *conn) admit() bool {
 	}
 	if err := checkPeer(local, remote, c.s.opts.AllowUIDs); err != nil {
 		c.s.metrics.refused.Add(1)
-		c.s.log.Warn("nfs: connection refused", "remote", c.remote, "reason", err)
+		if ok, n := c.s.refusals.Allow(time.Now()); ok {
+			c.s.log.Warn("nfs: connection refused", "remote", c.remote, "reason", err, "refused_unlogged", n)
+		}
 		c.nc.Close()
 		return false
 	}
@@ -462,7 +517,7 @@ func (c *conn) serve() {
 // goroutine (see runInline). One goroutine at a time reads br.
 func (c *conn) readCalls(br *bufio.Reader) {
 	s := c.s
-	for c.waitQueue() {
+	for !c.gone.Load() {
 		// A connection may sit idle for IdleTimeout between requests;
 		// once a request's first byte is in, all of it must arrive
 		// within RecordTimeout.
@@ -473,8 +528,9 @@ func (c *conn) readCalls(br *bufio.Reader) {
 			if _, err := br.Peek(1); err != nil {
 				if isTimeout(err) && !c.isStopping() {
 					s.log.Debug("nfs: closing idle connection", "remote", c.remote, "idle", s.opts.IdleTimeout)
+					c.markGone()
 				} else {
-					c.logReadError(err)
+					c.readFailed(err)
 				}
 				break
 			}
@@ -482,14 +538,25 @@ func (c *conn) readCalls(br *bufio.Reader) {
 		if !c.readDeadline(time.Now().Add(s.opts.RecordTimeout)) {
 			break
 		}
+		// The call is read only once its memory fits (memory.go).
+		hdr, err := peekCall(br)
+		if err != nil {
+			c.readFailed(err)
+			break
+		}
+		cost, ok := c.reserve(callCost(hdr))
+		if !ok {
+			break
+		}
+		// The wait may have been long: the record's time starts now.
+		if !c.readDeadline(time.Now().Add(s.opts.RecordTimeout)) {
+			c.unreserve(cost)
+			break
+		}
 		rec, oversize, err := readRecord(br)
 		if err != nil {
-			if isTimeout(err) && !c.isStopping() {
-				s.metrics.slowRecords.Add(1)
-				s.log.Warn("nfs: closing connection: a request did not arrive whole in time", "remote", c.remote, "timeout", s.opts.RecordTimeout)
-			} else {
-				c.logReadError(err)
-			}
+			c.unreserve(cost)
+			c.readFailed(err)
 			break
 		}
 		alone := len(c.sem) == 0 && br.Buffered() == 0
@@ -504,7 +571,7 @@ func (c *conn) readCalls(br *bufio.Reader) {
 			// A metadata read or a READ (see inlineCall) runs here,
 			// without handing it to another goroutine (and thread)
 			// and back.
-			if c.runInline(br, rec, oversize) {
+			if c.runInline(br, rec, oversize, cost) {
 				return
 			}
 			continue
@@ -520,9 +587,37 @@ func (c *conn) readCalls(br *bufio.Reader) {
 				s.metrics.inFlight.Add(-1)
 				c.wg.Done()
 			}()
-			c.handle(rec, oversize)
+			c.handle(rec, oversize, cost)
 		})
 	}
+}
+
+// readFailed logs why the connection's read ended (a request that did
+// not arrive whole in time, or an unexpected error) and, unless the
+// server stops reading it, notes that its client is gone.
+func (c *conn) readFailed(err error) {
+	s := c.s
+	if c.isStopping() {
+		return
+	}
+	if isTimeout(err) {
+		s.metrics.slowRecords.Add(1)
+		s.log.Warn("nfs: closing connection: a request did not arrive whole in time", "remote", c.remote, "timeout", s.opts.RecordTimeout)
+	} else {
+		c.logReadError(err)
+	}
+	c.markGone()
+}
+
+// peekCall returns the record mark and the first bytes (up to callPeek)
+// of the call at the front of br, without consuming them.
+func peekCall(br *bufio.Reader) ([]byte, error) {
+	h, err := br.Peek(4)
+	if err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(h) & 0x7fffffff)
+	return br.Peek(4 + min(n, callPeek))
 }
 
 func (c *conn) isStopping() bool {
@@ -643,20 +738,21 @@ func putBuf(b []byte) {
 // never interleave: one goroutine at a time (the "writer") writes, and
 // replies that complete while it writes are sent by it in its next batch
 // with one writev, which saves system calls when many requests are in
-// flight and adds no delay when there is only one.
-func (c *conn) send(b []byte) {
+// flight and adds no delay when there is only one. cost is the call's
+// memory (reserve), given back once the reply is written (or dropped).
+func (c *conn) send(b []byte, cost int64) {
 	binary.BigEndian.PutUint32(b, 0x80000000|uint32(len(b)-4))
 	c.wmu.Lock()
 	c.queue = append(c.queue, b)
-	c.queued += len(b)
+	c.queueCost += cost
 	if c.writing {
 		c.wmu.Unlock()
 		return
 	}
 	c.writing = true
 	for len(c.queue) > 0 {
-		batch := c.queue
-		c.queue = c.spare[:0]
+		batch, cost := c.queue, c.queueCost
+		c.queue, c.queueCost = c.spare[:0], 0
 		c.wmu.Unlock()
 		var err error
 		if !c.broken.Load() {
@@ -664,22 +760,28 @@ func (c *conn) send(b []byte) {
 			// records it wrote to nil), so give it a copy: batch keeps
 			// the buffers for the pool.
 			c.wbufs = append(c.wbufs[:0], batch...)
-			c.nc.SetWriteDeadline(time.Now().Add(writeDeadline))
+			now := time.Now()
+			c.writeSince.Store(now.UnixNano())
+			c.nc.SetWriteDeadline(now.Add(writeDeadline))
 			err = writeRecords(c.nc, c.wbufs, &c.iov)
+			c.writeSince.Store(0)
 			clear(c.wbufs)
 		}
-		n := 0
 		for i, x := range batch {
-			n += len(x)
 			putBuf(x)
 			batch[i] = nil
 		}
 		if err != nil && !c.broken.Swap(true) {
+			if isTimeout(err) {
+				c.s.metrics.stalledWrites.Add(1)
+			}
 			c.s.log.Debug("nfs: reply write failed; closing connection", "remote", c.remote, "err", err)
 			c.nc.Close()
+			c.markGone()
 		}
 		c.wmu.Lock()
-		c.queued -= n
+		c.held -= cost
+		c.s.mem.release(cost)
 		c.drained.Broadcast()
 		c.spare = batch[:0]
 	}
@@ -723,13 +825,23 @@ type procInfo struct {
 }
 
 // handle answers one RPC record.
-func (c *conn) handle(rec []byte, oversize bool) {
+// cost is the call's memory (reserve), given back once the reply is
+// written. A call of a client that is gone is dropped.
+func (c *conn) handle(rec []byte, oversize bool, cost int64) {
+	if c.gone.Load() {
+		c.s.metrics.dropped.Add(1)
+		c.s.procs.callEnded()
+		c.unreserve(cost)
+		return
+	}
 	reply := c.s.dispatch(rec, oversize, c.remote, c)
 	// Before the reply goes out: the client's next call may arrive
 	// before this goroutine runs again.
 	c.s.procs.callEnded()
 	if reply != nil {
-		c.send(reply)
+		c.send(reply, cost)
+	} else {
+		c.unreserve(cost)
 	}
 }
 
@@ -863,6 +975,7 @@ type counters struct {
 	unpaced                                   atomic.Uint64
 	nfsErrors, throttled, acceptErrors        atomic.Uint64
 	slowRecords, handOffs                     atomic.Uint64
+	dropped, stalledWrites                    atomic.Uint64
 	bytesRead, bytesWritten                   atomic.Uint64
 	openConns, inFlight                       atomic.Int64
 	nfs                                       [numNFSProcs]atomic.Uint64
@@ -891,6 +1004,10 @@ type Metrics struct {
 	HandOffs        uint64            // calls run on a connection's reading goroutine that took long enough for another to take over the reading
 	ProcsLowered    uint64            // times the Go runtime's processors were set to one (Options.AdaptProcs)
 	ProcsRaised     uint64            // times they were set back
+	CallMemory      int64             // bytes of calls read and replies not yet written, now (Options.MaxCallMemory)
+	CallMemoryPeak  int64             // the most CallMemory has been
+	DroppedCalls    uint64            // calls read from a client that was gone before they started, not run
+	StalledWrites   uint64            // connections closed because their replies were not read (memory.go)
 	Requests        uint64            // RPC calls received
 	InFlight        int64             // being handled now
 	GarbageArgs     uint64            // calls answered GARBAGE_ARGS
@@ -917,6 +1034,8 @@ func (s *Server) Metrics() Metrics {
 		SlowRecords:     m.slowRecords.Load(),
 		Unpaced:         m.unpaced.Load(),
 		HandOffs:        m.handOffs.Load(),
+		DroppedCalls:    m.dropped.Load(),
+		StalledWrites:   m.stalledWrites.Load(),
 		Requests:        m.requests.Load(),
 		InFlight:        m.inFlight.Load(),
 		GarbageArgs:     m.garbage.Load(),
@@ -928,6 +1047,7 @@ func (s *Server) Metrics() Metrics {
 		ProcedureMicros: map[string]uint64{},
 	}
 	out.ProcsLowered, out.ProcsRaised = s.procs.counts()
+	out.CallMemory, out.CallMemoryPeak = s.mem.usage()
 	for i := range m.nfs {
 		if n := m.nfs[i].Load(); n > 0 {
 			out.Procedures["nfs."+nfsProcs[i].name] = n

@@ -22,6 +22,7 @@ var layers = map[string]int{
 	"kv/etcdkv":                     0,
 	"kv/etcdkv/etcdtest":            0,
 	"internal/par":                  0,
+	"internal/lograte":              0,
 	"blobs":                         0,
 	"blobs/blobstest":               0,
 	"cowfs":                         1,

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/branchnfs/branchnfs/internal/lograte"
 )
 
 // mustToken makes the API token of store directory dir.
@@ -153,7 +155,7 @@ func TestNewServerNeedsToken(t *testing.T) {
 }
 
 // Refused requests are logged once, then at most once every
-// refusalLogEvery with the count of those not logged: a flood of bad
+// lograte.Every with the count of those not logged: a flood of bad
 // requests cannot flood the log.
 func TestRefusalsDoNotFloodTheLog(t *testing.T) {
 	fb, _, _ := startServer(t)
@@ -178,7 +180,7 @@ func TestRefusalsDoNotFloodTheLog(t *testing.T) {
 	}
 	// After the interval, the next refusal is logged with the count of
 	// those that were not.
-	ok, n := s.refused.allow(time.Now().Add(refusalLogEvery + time.Second))
+	ok, n := s.refused.Allow(time.Now().Add(lograte.Every + time.Second))
 	if !ok || n != 199 {
 		t.Fatalf("after the interval: allow = %v, %d unlogged; want true, 199", ok, n)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/branchnfs/branchnfs/attempt/runner"
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/internal/lograte"
 )
 
 // SocketName is the file name of the control socket inside the store
@@ -142,7 +143,7 @@ type Server struct {
 	opts    ServerOptions // read only
 	hs      *http.Server
 	jobs    *jobs
-	refused refusalLog
+	refused lograte.Limiter         // limits the log lines of refused requests
 	local   *pipeListener           // in-process connections (LocalClient)
 	client  *Client                 // over local; read only
 	mounts  map[string]http.Handler // read only

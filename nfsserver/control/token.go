@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -131,7 +130,7 @@ func (s *Server) authorize(h http.Handler) http.Handler {
 		if len(got) > 0 {
 			why = "a wrong token"
 		}
-		if ok, n := s.refused.allow(time.Now()); ok {
+		if ok, n := s.refused.Allow(time.Now()); ok {
 			s.opts.Logger.Warn("control: refused a request with "+why, "method", r.Method, "path", r.URL.Path,
 				"refused_unlogged", n)
 		}
@@ -143,31 +142,4 @@ func (s *Server) authorize(h http.Handler) http.Handler {
 			Message: fmt.Sprintf("unauthorized: the request carried %s; send \"Authorization: Bearer TOKEN\" with the token in the server's %s (over a forward, set $%s to it)",
 				why, where, TokenEnv)}})
 	})
-}
-
-// refusalLogEvery is how often a refused request may be logged, after the
-// first one.
-const refusalLogEvery = 10 * time.Second
-
-// refusalLog limits the log lines of refused requests to the first and then
-// one every refusalLogEvery, each saying how many refusals went unlogged
-// since the last line: whoever can reach a forward of the socket must not
-// be able to flood the server's log.
-type refusalLog struct {
-	mu       sync.Mutex // protects the following
-	last     time.Time
-	unlogged int
-}
-
-// allow reports whether a refusal at now may be logged, and how many were
-// not logged since the last line.
-func (l *refusalLog) allow(now time.Time) (ok bool, unlogged int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.last.IsZero() && now.Sub(l.last) < refusalLogEvery {
-		l.unlogged++
-		return false, 0
-	}
-	l.last, unlogged, l.unlogged = now, l.unlogged, 0
-	return true, unlogged
 }

@@ -329,7 +329,7 @@ func renderMarkdown(r *Results) string {
 		p("| rounds | live branches | RSS | anonymous / mmapped files | live Go heap | store on disk | p50 fork | p50 write | p50 commit | p50 abort |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		var ref *soakRow
 		for i, x := range r.Soak {
-			if ref == nil && x.Rounds >= 1000 {
+			if ref == nil && x.Rounds >= soakFrom {
 				ref = &r.Soak[i]
 			}
 			p("| %d | %d | %.1f MiB | %.1f / %.1f MiB | %.1f MiB | %.1f MiB | %s | %s | %s | %s |\n", x.Rounds, x.Live, mib(x.RSS),
@@ -338,11 +338,11 @@ func renderMarkdown(r *Results) string {
 		last := r.Soak[len(r.Soak)-1]
 		if ref != nil && last.Rounds > ref.Rounds {
 			grew := mib(last.RSS - ref.RSS)
-			ok := grew <= 20
+			ok := grew <= soakFlatMiB && grew >= -soakFlatMiB
 			if !ok {
-				missed = append(missed, fmt.Sprintf("soak: RSS grew %.1f MiB from %d to %d rounds (target ≤ 20 MiB)", grew, ref.Rounds, last.Rounds))
+				missed = append(missed, fmt.Sprintf("soak: RSS moved %+.1f MiB from %d to %d rounds (target within ±%d MiB)", grew, ref.Rounds, last.Rounds, soakFlatMiB))
 			}
-			p("\nRSS after %d rounds minus RSS after %d: %.1f MiB (target ≤ 20 MiB): %s\n", last.Rounds, ref.Rounds, grew, verdict(ok))
+			p("\nRSS after %d rounds minus RSS after %d: %+.1f MiB (target within ±%d MiB): %s\n", last.Rounds, ref.Rounds, grew, soakFlatMiB, verdict(ok))
 		}
 		p("\n")
 	}
