@@ -10,16 +10,18 @@
 // shares its chunks at once. Directory times are set after their contents,
 // so they end up as in the source. Import is not atomic by itself: import
 // into a fresh branch and commit it for all-or-nothing (the CLI does).
+//
+// The source is read through descriptors, never by path (source.go): what
+// changes under a running import makes it fail with ErrChanged, and
+// nothing outside the source is ever read.
 package importdir
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"syscall"
+	"sort"
 
 	"github.com/branchnfs/branchnfs/cowfs"
 	"golang.org/x/sys/unix"
@@ -60,20 +62,19 @@ type importer struct {
 // Import copies the tree at src into directory dst of fs. Names that exist
 // in dst make it fail with EEXIST. The attributes (mode, owner, times) of
 // src itself are applied to dst. It returns what was imported, also on
-// error.
+// error. It reads only what it listed inside src: an entry that changes
+// type or identity while it runs fails the import with ErrChanged.
 func Import(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, opts Options) (Progress, error) {
-	fi, err := os.Stat(src)
+	root, st, err := openRoot(src)
 	if err != nil {
-		return Progress{}, fmt.Errorf("importdir: %w", err)
+		return Progress{}, err
 	}
-	if !fi.IsDir() {
-		return Progress{}, fmt.Errorf("importdir: %s is not a directory", src)
-	}
+	defer root.Close()
 	im := &importer{ctx: ctx, fs: fs, opts: opts, links: make(map[linkKey]cowfs.InodeID)}
-	if err := im.dir(src, "", dst); err != nil {
+	if err := im.dir(root, "", dst); err != nil {
 		return im.p, err
 	}
-	if err := im.finishDir(dst, fi, ""); err != nil {
+	if err := im.finishDir(dst, &st, ""); err != nil {
 		return im.p, err
 	}
 	return im.p, nil
@@ -93,43 +94,52 @@ func wrap(rel string, err error) error {
 	return fmt.Errorf("importdir: %s: %w", rel, err)
 }
 
-// dir imports the entries of the source directory abs into dst.
-func (im *importer) dir(abs, rel string, dst cowfs.InodeID) error {
-	ents, err := os.ReadDir(abs)
+func join(rel, name string) string {
+	if rel == "" {
+		return name
+	}
+	return rel + "/" + name
+}
+
+// dir imports the entries of the source directory d into dst.
+func (im *importer) dir(d *srcDir, rel string, dst cowfs.InodeID) error {
+	names, err := d.names()
 	if err != nil {
 		return wrap(rel, err)
 	}
-	for _, e := range ents {
+	sort.Strings(names)
+	for _, name := range names {
 		if err := im.ctx.Err(); err != nil {
 			return err
 		}
-		name := e.Name()
-		cabs, crel := filepath.Join(abs, name), filepath.ToSlash(filepath.Join(rel, name))
-		fi, err := os.Lstat(cabs)
+		crel := join(rel, name)
+		st, err := d.lstat(name)
 		if err != nil {
 			return wrap(crel, err)
 		}
-		if err := im.entry(cabs, crel, name, fi, dst); err != nil {
+		if err := im.entry(d, crel, name, &st, dst); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (im *importer) entry(abs, rel, name string, fi os.FileInfo, dst cowfs.InodeID) error {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return wrap(rel, errors.New("no stat information"))
-	}
-	na := cowfs.NewAttr{
+// newAttr is what a new inode gets from the source's stat.
+func newAttr(st *unix.Stat_t) cowfs.NewAttr {
+	return cowfs.NewAttr{
 		Mode:  uint32(st.Mode) & cowfs.ModePerm,
 		UID:   st.Uid,
 		GID:   st.Gid,
-		Atime: atime(st),
-		Mtime: fi.ModTime(),
+		Atime: tsTime(st.Atim),
+		Mtime: tsTime(st.Mtim),
 	}
+}
+
+func (im *importer) entry(d *srcDir, rel, name string, st *unix.Stat_t, dst cowfs.InodeID) error {
+	na := newAttr(st)
+	t := fileType(st)
 	key := linkKey{dev: uint64(st.Dev), ino: uint64(st.Ino)}
-	if !fi.IsDir() && st.Nlink > 1 {
+	if t != unix.S_IFDIR && st.Nlink > 1 {
 		if ino, seen := im.links[key]; seen {
 			if _, err := im.fs.Link(ino, dst, name); err != nil {
 				return wrap(rel, err)
@@ -141,25 +151,33 @@ func (im *importer) entry(abs, rel, name string, fi os.FileInfo, dst cowfs.Inode
 	}
 	var a cowfs.Attr
 	var err error
-	switch m := fi.Mode(); {
-	case m.IsDir():
+	if beforeOpen != nil && (t == unix.S_IFDIR || t == unix.S_IFREG || t == unix.S_IFLNK) {
+		beforeOpen(rel)
+	}
+	switch t {
+	case unix.S_IFDIR:
+		sub, err := d.openDir(name, rel, st)
+		if err != nil {
+			return wrap(rel, err)
+		}
+		defer sub.Close()
 		if a, err = im.fs.Mkdir(dst, name, na); err != nil {
 			return wrap(rel, err)
 		}
-		if err := im.dir(abs, rel, a.Ino); err != nil {
+		if err := im.dir(sub, rel, a.Ino); err != nil {
 			return err
 		}
-		if err := im.finishDir(a.Ino, fi, rel); err != nil {
+		if err := im.finishDir(a.Ino, st, rel); err != nil {
 			return err
 		}
 		im.p.Dirs++
-	case m.IsRegular():
-		if a, err = im.file(abs, rel, name, fi, na, dst); err != nil {
+	case unix.S_IFREG:
+		if a, err = im.file(d, rel, name, st, na, dst); err != nil {
 			return err
 		}
 		im.p.Files++
-	case m&os.ModeSymlink != 0:
-		target, err := os.Readlink(abs)
+	case unix.S_IFLNK:
+		target, err := d.readlink(name, st)
 		if err != nil {
 			return wrap(rel, err)
 		}
@@ -168,25 +186,25 @@ func (im *importer) entry(abs, rel, name string, fi os.FileInfo, dst cowfs.Inode
 		}
 		im.p.Symlinks++
 	default:
-		t := cowfs.TypeFIFO
-		switch {
-		case m&os.ModeSocket != 0:
-			t = cowfs.TypeSocket
-		case m&os.ModeCharDevice != 0:
-			t = cowfs.TypeChar
-		case m&os.ModeDevice != 0:
-			t = cowfs.TypeBlock
+		ft := cowfs.TypeFIFO
+		switch t {
+		case unix.S_IFSOCK:
+			ft = cowfs.TypeSocket
+		case unix.S_IFCHR:
+			ft = cowfs.TypeChar
+		case unix.S_IFBLK:
+			ft = cowfs.TypeBlock
 		}
-		if t == cowfs.TypeChar || t == cowfs.TypeBlock {
+		if ft == cowfs.TypeChar || ft == cowfs.TypeBlock {
 			rdev := uint64(st.Rdev)
 			na.Rdev = uint64(unix.Major(rdev))<<32 | uint64(unix.Minor(rdev))
 		}
-		if a, err = im.fs.Mknod(dst, name, t, na); err != nil {
+		if a, err = im.fs.Mknod(dst, name, ft, na); err != nil {
 			return wrap(rel, err)
 		}
 		im.p.Special++
 	}
-	if !fi.IsDir() && st.Nlink > 1 {
+	if t != unix.S_IFDIR && st.Nlink > 1 {
 		im.links[key] = a.Ino
 	}
 	im.progress(rel)
@@ -194,20 +212,24 @@ func (im *importer) entry(abs, rel, name string, fi os.FileInfo, dst cowfs.Inode
 }
 
 // file creates a regular file and copies its data.
-func (im *importer) file(abs, rel, name string, fi os.FileInfo, na cowfs.NewAttr, dst cowfs.InodeID) (cowfs.Attr, error) {
+func (im *importer) file(d *srcDir, rel, name string, st *unix.Stat_t, na cowfs.NewAttr, dst cowfs.InodeID) (cowfs.Attr, error) {
+	// Opened first, so that nothing is created for an entry that changed.
+	var f *os.File
+	if st.Size > 0 {
+		var err error
+		if f, err = d.open(name, st); err != nil {
+			return cowfs.Attr{}, wrap(rel, err)
+		}
+		defer f.Close()
+	}
 	a, err := im.fs.Create(dst, name, cowfs.CreateGuarded, na, 0)
 	if err != nil {
 		return a, wrap(rel, err)
 	}
-	if fi.Size() == 0 {
+	if f == nil {
 		return a, nil
 	}
-	f, err := os.Open(abs)
-	if err != nil {
-		return a, wrap(rel, err)
-	}
-	defer f.Close()
-	_, n, err := im.fs.WriteChunked(a.Ino, ctxReader{im.ctx, f})
+	_, n, err := im.fs.WriteChunked(a.Ino, ctxReader{im.ctx, &sizedReader{f: f, st: st, left: st.Size}})
 	im.p.Bytes += n
 	if err != nil {
 		if cerr := im.ctx.Err(); cerr != nil {
@@ -225,14 +247,10 @@ func (im *importer) file(abs, rel, name string, fi os.FileInfo, na cowfs.NewAttr
 
 // finishDir sets a directory's mode, owner and times once its entries are
 // in (adding entries moved its mtime).
-func (im *importer) finishDir(ino cowfs.InodeID, fi os.FileInfo, rel string) error {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return wrap(rel, errors.New("no stat information"))
-	}
+func (im *importer) finishDir(ino cowfs.InodeID, st *unix.Stat_t, rel string) error {
 	mode := uint32(st.Mode) & cowfs.ModePerm
 	uid, gid := st.Uid, st.Gid
-	at, mt := atime(st), fi.ModTime()
+	at, mt := tsTime(st.Atim), tsTime(st.Mtim)
 	if _, err := im.fs.SetAttr(ino, cowfs.SetAttr{Mode: &mode, UID: &uid, GID: &gid, Atime: &at, Mtime: &mt}); err != nil {
 		return wrap(rel, err)
 	}
