@@ -22,8 +22,10 @@ import (
 	"io"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/zeebo/blake3"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,6 +38,10 @@ type Progress struct {
 	Special   int64  `json:"special"`    // FIFOs, sockets, devices
 	Bytes     int64  `json:"bytes"`      // file data copied
 	Path      string `json:"path"`       // the entry just imported, relative to the source
+	// Of an Update: the source entries compared with the cache so far,
+	// and those read and hashed because their stat differed.
+	Scanned int64 `json:"scanned,omitempty"`
+	Hashed  int64 `json:"hashed,omitempty"`
 }
 
 // Entries is the number of entries imported.
@@ -46,6 +52,9 @@ type Options struct {
 	// Progress, when set, is called after every entry, from the importing
 	// goroutine. It must be fast; throttle display in the callback.
 	Progress func(Progress)
+	// Cache, when set, receives the stat of every entry imported (see
+	// Update); the caller saves it.
+	Cache *Cache
 }
 
 // linkKey identifies a source inode for hard link detection.
@@ -56,7 +65,27 @@ type importer struct {
 	fs    *cowfs.View
 	opts  Options
 	links map[linkKey]cowfs.InodeID
-	p     Progress
+	// linkHash holds the content hash of hard-linked files (Cache).
+	linkHash map[linkKey][32]byte
+	p        Progress
+	start    int64 // ns, when the walk began (racy entries: see record)
+	// added, when set, is told of every entry created (Update).
+	added func(rel string)
+}
+
+// racyWindow: an entry whose mtime or ctime is this close to the start of
+// the walk, or later, may change again without its stat showing it
+// (timestamps are coarse): the cache marks it racy.
+var racyWindow = 50 * time.Millisecond
+
+// record puts the entry's stat in the cache, if there is one.
+func (im *importer) record(rel string, st *unix.Stat_t, h [32]byte) {
+	if im.opts.Cache == nil {
+		return
+	}
+	s := makeStat(st, h)
+	s.Racy = max(s.Mtime, s.Ctime) >= im.start-int64(racyWindow)
+	im.opts.Cache.put(rel, s)
 }
 
 // Import copies the tree at src into directory dst of fs. Names that exist
@@ -70,7 +99,7 @@ func Import(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, 
 		return Progress{}, err
 	}
 	defer root.Close()
-	im := &importer{ctx: ctx, fs: fs, opts: opts, links: make(map[linkKey]cowfs.InodeID)}
+	im := newImporter(ctx, fs, opts)
 	if err := im.dir(root, "", dst); err != nil {
 		return im.p, err
 	}
@@ -80,7 +109,14 @@ func Import(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, 
 	return im.p, nil
 }
 
+func newImporter(ctx context.Context, fs *cowfs.View, opts Options) *importer {
+	return &importer{ctx: ctx, fs: fs, opts: opts, links: make(map[linkKey]cowfs.InodeID), linkHash: make(map[linkKey][32]byte), start: time.Now().UnixNano()}
+}
+
 func (im *importer) progress(rel string) {
+	if im.added != nil {
+		im.added(rel)
+	}
 	if im.opts.Progress != nil {
 		im.p.Path = rel
 		im.opts.Progress(im.p)
@@ -145,11 +181,13 @@ func (im *importer) entry(d *srcDir, rel, name string, st *unix.Stat_t, dst cowf
 				return wrap(rel, err)
 			}
 			im.p.HardLinks++
+			im.record(rel, st, im.linkHash[key])
 			im.progress(rel)
 			return nil
 		}
 	}
 	var a cowfs.Attr
+	var h [32]byte
 	var err error
 	if beforeOpen != nil && (t == unix.S_IFDIR || t == unix.S_IFREG || t == unix.S_IFLNK) {
 		beforeOpen(rel)
@@ -172,7 +210,7 @@ func (im *importer) entry(d *srcDir, rel, name string, st *unix.Stat_t, dst cowf
 		}
 		im.p.Dirs++
 	case unix.S_IFREG:
-		if a, err = im.file(d, rel, name, st, na, dst); err != nil {
+		if a, h, err = im.file(d, rel, name, st, na, dst); err != nil {
 			return err
 		}
 		im.p.Files++
@@ -184,6 +222,7 @@ func (im *importer) entry(d *srcDir, rel, name string, st *unix.Stat_t, dst cowf
 		if a, err = im.fs.Symlink(dst, name, target, na); err != nil {
 			return wrap(rel, err)
 		}
+		h = blake3.Sum256([]byte(target))
 		im.p.Symlinks++
 	default:
 		ft := cowfs.TypeFIFO
@@ -206,43 +245,57 @@ func (im *importer) entry(d *srcDir, rel, name string, st *unix.Stat_t, dst cowf
 	}
 	if t != unix.S_IFDIR && st.Nlink > 1 {
 		im.links[key] = a.Ino
+		if im.opts.Cache != nil {
+			im.linkHash[key] = h
+		}
 	}
+	im.record(rel, st, h)
 	im.progress(rel)
 	return nil
 }
 
 // file creates a regular file and copies its data.
-func (im *importer) file(d *srcDir, rel, name string, st *unix.Stat_t, na cowfs.NewAttr, dst cowfs.InodeID) (cowfs.Attr, error) {
+func (im *importer) file(d *srcDir, rel, name string, st *unix.Stat_t, na cowfs.NewAttr, dst cowfs.InodeID) (cowfs.Attr, [32]byte, error) {
+	var h [32]byte
 	// Opened first, so that nothing is created for an entry that changed.
 	var f *os.File
 	if st.Size > 0 {
 		var err error
 		if f, err = d.open(name, st); err != nil {
-			return cowfs.Attr{}, wrap(rel, err)
+			return cowfs.Attr{}, h, wrap(rel, err)
 		}
 		defer f.Close()
 	}
 	a, err := im.fs.Create(dst, name, cowfs.CreateGuarded, na, 0)
 	if err != nil {
-		return a, wrap(rel, err)
+		return a, h, wrap(rel, err)
 	}
 	if f == nil {
-		return a, nil
+		return a, blake3.Sum256(nil), nil
 	}
-	_, n, err := im.fs.WriteChunked(a.Ino, ctxReader{im.ctx, &sizedReader{f: f, st: st, left: st.Size}})
+	var r io.Reader = &sizedReader{f: f, st: st, left: st.Size}
+	var hasher *blake3.Hasher
+	if im.opts.Cache != nil {
+		hasher = blake3.New()
+		r = io.TeeReader(r, hasher)
+	}
+	_, n, err := im.fs.WriteChunked(a.Ino, ctxReader{im.ctx, r})
 	im.p.Bytes += n
 	if err != nil {
 		if cerr := im.ctx.Err(); cerr != nil {
-			return a, cerr
+			return a, h, cerr
 		}
-		return a, wrap(rel, err)
+		return a, h, wrap(rel, err)
+	}
+	if hasher != nil {
+		copy(h[:], hasher.Sum(nil))
 	}
 	// Writing moved mtime; put the source's times back.
 	at, mt := na.Atime, na.Mtime
 	if a, err = im.fs.SetAttr(a.Ino, cowfs.SetAttr{Atime: &at, Mtime: &mt}); err != nil {
-		return a, wrap(rel, err)
+		return a, h, wrap(rel, err)
 	}
-	return a, nil
+	return a, h, nil
 }
 
 // finishDir sets a directory's mode, owner and times once its entries are
