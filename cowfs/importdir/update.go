@@ -2,9 +2,11 @@ package importdir
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/zeebo/blake3"
@@ -63,7 +65,14 @@ func Update(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, 
 	}
 	defer root.Close()
 	opts.Cache = cache
-	u := &updater{importer: newImporter(ctx, fs, opts), seen: make(map[string]bool, cache.Len())}
+	u := &updater{importer: newImporter(ctx, fs, opts), seen: make(map[string]bool, cache.Len()), kids: map[string]int{}}
+	for p := range cache.m {
+		dir := ""
+		if i := strings.LastIndexByte(p, '/'); i >= 0 {
+			dir = p[:i]
+		}
+		u.kids[dir]++
+	}
 	u.added = func(rel string) { u.change(rel, Added) }
 	if err := u.dir(root, "", dst); err != nil {
 		return u.c, err
@@ -87,6 +96,8 @@ type updater struct {
 	c Changes
 	// seen holds the cached paths still in the source (or kept).
 	seen map[string]bool
+	// kids counts the cached entries of each cached directory.
+	kids map[string]int
 }
 
 func (u *updater) change(rel, kind string) {
@@ -145,23 +156,35 @@ func (u *updater) dir(d *srcDir, rel string, dino cowfs.InodeID) error {
 		return wrap(rel, err)
 	}
 	sort.Strings(names)
-	view, err := u.listView(dino)
-	if err != nil {
-		return wrap(rel, err)
+	// The view's entries are listed only when needed: for an entry whose
+	// stat moved, or when the source lost a cached entry here. A
+	// directory where nothing changed costs its source's lstats alone.
+	var view map[string]cowfs.DirEntry
+	lookup := func(name string) (cowfs.DirEntry, bool, error) {
+		if view == nil {
+			if view, err = u.listView(dino); err != nil {
+				return cowfs.DirEntry{}, false, wrap(rel, err)
+			}
+		}
+		e, ok := view[name]
+		return e, ok, nil
 	}
 	inSource := make(map[string]bool, len(names))
+	cachedHere := 0
 	for _, name := range names {
 		if err := u.ctx.Err(); err != nil {
 			return err
 		}
 		inSource[name] = true
 		crel := join(rel, name)
+		if _, ok := u.opts.Cache.Get(crel); ok {
+			cachedHere++
+		}
 		st, err := d.lstat(name)
 		if err != nil {
 			return wrap(crel, err)
 		}
-		ve, inView := view[name]
-		if err := u.entry(d, crel, name, &st, dino, ve, inView); err != nil {
+		if err := u.entry(d, crel, name, &st, dino, lookup); err != nil {
 			return err
 		}
 		u.p.Path = crel
@@ -169,8 +192,14 @@ func (u *updater) dir(d *srcDir, rel string, dino cowfs.InodeID) error {
 			u.opts.Progress(u.p)
 		}
 	}
+	if cachedHere == u.kids[rel] {
+		return nil // every cached entry is still in the source
+	}
 	// What the view has and the source no longer does: deleted by the
 	// source if it was cached, else the store's own.
+	if _, _, err := lookup(""); err != nil {
+		return err
+	}
 	gone := make([]string, 0)
 	for name := range view {
 		if !inSource[name] {
@@ -189,12 +218,33 @@ func (u *updater) dir(d *srcDir, rel string, dino cowfs.InodeID) error {
 	return nil
 }
 
-func (u *updater) entry(d *srcDir, rel, name string, st *unix.Stat_t, dino cowfs.InodeID, ve cowfs.DirEntry, inView bool) error {
+func (u *updater) entry(d *srcDir, rel, name string, st *unix.Stat_t, dino cowfs.InodeID, lookup func(string) (cowfs.DirEntry, bool, error)) error {
 	t := fileType(st)
 	c, cached := u.opts.Cache.Get(rel)
 	u.p.Scanned++
 	if cached {
 		u.seen[rel] = true
+		if t != unix.S_IFDIR && c.sameStat(st) {
+			u.c.Unchanged++
+			return nil
+		}
+	}
+	var ve cowfs.DirEntry
+	var inView bool
+	if t == unix.S_IFDIR && cached && c.Mode == uint32(st.Mode) {
+		// The common case of a directory: one lookup, not a listing.
+		a, err := u.fs.Lookup(dino, name)
+		switch {
+		case err == nil:
+			ve, inView = cowfs.DirEntry{Name: name, Ino: a.Ino, Type: a.Type}, true
+		case !errors.Is(err, syscall.ENOENT):
+			return wrap(rel, err)
+		}
+	} else {
+		var err error
+		if ve, inView, err = lookup(name); err != nil {
+			return err
+		}
 	}
 	if t == unix.S_IFDIR && inView && ve.Type == cowfs.TypeDir {
 		if beforeOpen != nil {
@@ -207,6 +257,9 @@ func (u *updater) entry(d *srcDir, rel, name string, st *unix.Stat_t, dino cowfs
 		defer sub.Close()
 		if err := u.dir(sub, rel, ve.Ino); err != nil {
 			return err
+		}
+		if cached && c.sameStat(st) {
+			return nil
 		}
 		if err := u.attrs(ve.Ino, st, rel); err != nil {
 			return err
