@@ -18,9 +18,11 @@ package importdir
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -71,6 +73,13 @@ type importer struct {
 	start    int64 // ns, when the walk began (racy entries: see record)
 	// added, when set, is told of every entry created (Update).
 	added func(rel string)
+	// root is the source, absolute, symlinks resolved (for `.git` files).
+	root string
+	// skip, when set, leaves out the entries it accepts (gitdir.go).
+	skip func(rel string) bool
+	// merge: entries that exist in the view are replaced, directories
+	// merged (gitdir.go).
+	merge bool
 }
 
 // racyWindow: an entry whose mtime or ctime is this close to the start of
@@ -100,6 +109,7 @@ func Import(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, 
 	}
 	defer root.Close()
 	im := newImporter(ctx, fs, opts)
+	im.root = resolvedRoot(src)
 	if err := im.dir(root, "", dst); err != nil {
 		return im.p, err
 	}
@@ -107,6 +117,20 @@ func Import(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, 
 		return im.p, err
 	}
 	return im.p, nil
+}
+
+// resolvedRoot is src absolute with its symlinks resolved, or "" if that
+// fails (then `.git` files are imported as they are).
+func resolvedRoot(src string) string {
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return ""
+	}
+	r, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return ""
+	}
+	return r
 }
 
 func newImporter(ctx context.Context, fs *cowfs.View, opts Options) *importer {
@@ -149,9 +173,28 @@ func (im *importer) dir(d *srcDir, rel string, dst cowfs.InodeID) error {
 			return err
 		}
 		crel := join(rel, name)
+		if im.skip != nil && im.skip(crel) {
+			continue
+		}
 		st, err := d.lstat(name)
 		if err != nil {
 			return wrap(crel, err)
+		}
+		if gd, err := im.outsideGitDir(d, crel, name, &st); err != nil {
+			return err
+		} else if gd != "" {
+			if crel != ".git" || im.skip != nil {
+				return gitOutside(crel, gd, im.root)
+			}
+			if err := im.materializeGit(crel, &st, dst, gd); err != nil {
+				return err
+			}
+			continue
+		}
+		if im.merge {
+			if err := im.replace(dst, name, &st, crel); err != nil {
+				return err
+			}
 		}
 		if err := im.entry(d, crel, name, &st, dst); err != nil {
 			return err
@@ -199,7 +242,11 @@ func (im *importer) entry(d *srcDir, rel, name string, st *unix.Stat_t, dst cowf
 			return wrap(rel, err)
 		}
 		defer sub.Close()
-		if a, err = im.fs.Mkdir(dst, name, na); err != nil {
+		if a, err = im.fs.Mkdir(dst, name, na); errors.Is(err, unix.EEXIST) && im.merge {
+			// Merging: replace left a directory here to merge into.
+			a, err = im.fs.Lookup(dst, name)
+		}
+		if err != nil {
 			return wrap(rel, err)
 		}
 		if err := im.dir(sub, rel, a.Ino); err != nil {
@@ -296,6 +343,28 @@ func (im *importer) file(d *srcDir, rel, name string, st *unix.Stat_t, na cowfs.
 		return a, h, wrap(rel, err)
 	}
 	return a, h, nil
+}
+
+// replace makes room for source entry name (stat st) in dst when merging:
+// whatever is there goes, unless both are directories.
+func (im *importer) replace(dst cowfs.InodeID, name string, st *unix.Stat_t, rel string) error {
+	a, err := im.fs.Lookup(dst, name)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return wrap(rel, err)
+	}
+	if a.Type == cowfs.TypeDir && fileType(st) == unix.S_IFDIR {
+		return nil
+	}
+	if a.Type == cowfs.TypeDir {
+		return wrap(rel, fmt.Errorf("a directory in the common git directory is a file in the worktree's: %w", unix.EEXIST))
+	}
+	if err := im.fs.Unlink(dst, name); err != nil {
+		return wrap(rel, err)
+	}
+	return nil
 }
 
 // finishDir sets a directory's mode, owner and times once its entries are

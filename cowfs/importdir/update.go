@@ -74,6 +74,7 @@ func Update(ctx context.Context, fs *cowfs.View, dst cowfs.InodeID, src string, 
 		u.kids[dir]++
 	}
 	u.added = func(rel string) { u.change(rel, Added) }
+	u.root = resolvedRoot(src)
 	if err := u.dir(root, "", dst); err != nil {
 		return u.c, err
 	}
@@ -228,6 +229,16 @@ func (u *updater) entry(d *srcDir, rel, name string, st *unix.Stat_t, dino cowfs
 			u.c.Unchanged++
 			return nil
 		}
+	}
+	if gd, err := u.outsideGitDir(d, rel, name, st); err != nil {
+		return err
+	} else if gd != "" {
+		if rel != ".git" {
+			return gitOutside(rel, gd, u.root)
+		}
+		// Materialized by the import: the branch's git is its own now.
+		u.keep(rel)
+		return nil
 	}
 	var ve cowfs.DirEntry
 	var inView bool
