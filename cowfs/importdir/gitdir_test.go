@@ -151,6 +151,37 @@ func TestImportLinkedWorktree(t *testing.T) {
 			}
 		}
 		t.Run("worktree", func(t *testing.T) { check(t, wt, "feature") })
+		// An update brings the worktree's files and leaves the branch's
+		// own .git alone, even after the host's git moved on.
+		t.Run("worktree-update", func(t *testing.T) {
+			NoRacyWindow(t)
+			store, f := newStoreFS(t)
+			cache := NewCache()
+			if _, err := Import(ctx, f, cowfs.RootIno, wt, Options{Cache: cache}); err != nil {
+				t.Fatal(err)
+			}
+			if err := cache.Save(ctx, store); err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(wt, "src", "a.go"), []byte("package a // edited\n"), 0o644)
+			git(t, wt, "commit", "-q", "-am", "host commit")
+			loaded, err := LoadCache(ctx, store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := Update(ctx, f, cowfs.RootIno, wt, loaded, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Paths) != 1 || c.Paths[0] != (PathChange{Path: "src/a.go", Kind: Modified}) {
+				t.Fatalf("update after a host commit: %+v", c.Paths)
+			}
+			a, err := f.Lookup(cowfs.RootIno, ".git")
+			if err != nil || a.Type != cowfs.TypeDir {
+				t.Fatalf(".git after the update: %+v, %v", a, err)
+			}
+		})
+		hostRefs = git(t, repo, "for-each-ref")
 
 		sub := filepath.Join(base, "sub")
 		os.MkdirAll(sub, 0o755)
