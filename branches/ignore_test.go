@@ -77,7 +77,7 @@ func TestIgnoreListPerStore(t *testing.T) {
 	}
 	closeM(m)
 
-	for _, bad := range [][]string{{"a/b"}, {"["}, {""}} {
+	for _, bad := range [][]string{{"a//b"}, {"["}, {"src/[/x"}, {""}, {"/"}, {"a/../b"}} {
 		if _, err := open(bad); !errors.Is(err, branches.ErrInvalidPattern) {
 			t.Errorf("open with %q: %v, want ErrInvalidPattern", bad, err)
 		}
@@ -86,5 +86,62 @@ func TestIgnoreListPerStore(t *testing.T) {
 	defer closeM(m)
 	if got := m.Ignore(); len(got) != 0 {
 		t.Errorf("after refused lists the store ignores %q, want the empty list", got)
+	}
+}
+
+func TestIgnorePatterns(t *testing.T) {
+	cases := []struct {
+		pattern string
+		yes     []string
+		no      []string
+	}{
+		{"*.log", []string{"a.log", "x/y/b.log"}, []string{"a.log/x", "alog"}},
+		{"node_modules/", []string{"node_modules", "node_modules/dep/index.js", "pkg/node_modules/x"}, []string{"node_modules2/x", "src/node_module"}},
+		{"build/**", []string{"build/a", "build/x/y/z.o"}, []string{"build", "src/build/a", "builder/a"}},
+		{"/dist", []string{"dist", "dist/app.js"}, []string{"src/dist", "distx"}},
+		{"src/**/*.gen.go", []string{"src/a.gen.go", "src/x/y/b.gen.go"}, []string{"a.gen.go", "src/a.go", "lib/src/a.gen.go"}},
+		{"docs/*.tmp/", []string{"docs/a.tmp", "docs/a.tmp/x"}, []string{"docs/x/a.tmp"}},
+	}
+	for _, c := range cases {
+		t.Run(c.pattern, func(t *testing.T) {
+			for _, p := range c.yes {
+				if ok, err := branches.IgnoreMatch([]string{c.pattern}, p); err != nil || !ok {
+					t.Errorf("%q does not ignore %q (%v)", c.pattern, p, err)
+				}
+			}
+			for _, p := range c.no {
+				if ok, err := branches.IgnoreMatch([]string{c.pattern}, p); err != nil || ok {
+					t.Errorf("%q ignores %q (%v)", c.pattern, p, err)
+				}
+			}
+		})
+	}
+}
+
+// Path patterns keep whole trees out of diffs and conflicts.
+func TestIgnorePathPatterns(t *testing.T) {
+	ctx := context.Background()
+	m := newManagerOpts(t, branches.Options{Ignore: []string{"node_modules/", "build/**"}})
+	write(t, m, "main", "src/a.go", "a")
+	write(t, m, "main", "node_modules/dep/index.js", "1")
+	write(t, m, "main", "build/out.o", "o")
+	must(m.Fork(ctx, "main", "c"))(t)
+	write(t, m, "c", "src/a.go", "changed")
+	write(t, m, "c", "node_modules/dep/index.js", "2")
+	write(t, m, "c", "node_modules/new/x.js", "new")
+	write(t, m, "c", "build/out.o", "o2")
+	write(t, m, "c", "build/sub/more.o", "more")
+	write(t, m, "c", "src/build/kept.txt", "not under the root's build")
+	if got, want := diffPaths(t, m, "c"), []string{"src/a.go", "src/build", "src/build/kept.txt"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("diff = %q, want %q", got, want)
+	}
+	// Both sides change the same ignored files: no conflict, the child wins.
+	write(t, m, "main", "node_modules/dep/index.js", "parent")
+	write(t, m, "main", "build/out.o", "parent")
+	if _, err := m.Commit(ctx, "c"); err != nil {
+		t.Fatalf("commit with ignored paths changed on both sides: %v", err)
+	}
+	if got := read(t, m, "main", "node_modules/dep/index.js"); got != "2" {
+		t.Errorf("main's node_modules/dep/index.js = %q, want the child's", got)
 	}
 }

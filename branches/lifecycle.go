@@ -340,7 +340,22 @@ func (m *Manager) descendantsLocked(b *branch) []*branch {
 // changed on both sides is a conflict (nothing changes). Live siblings are
 // invalidated: the first commit wins.
 func (m *Manager) Commit(ctx context.Context, name string) (CommitResult, error) {
-	return retryChanged(ctx, m, name, func() (CommitResult, error) { return m.commitOnce(ctx, name) })
+	return m.CommitWith(ctx, name, CommitOptions{})
+}
+
+// CommitOptions modifies CommitWith. The zero value is Commit.
+type CommitOptions struct {
+	// KeepSiblings leaves the parent's other live children live: for them
+	// the commit is like a write into the parent after they forked (they
+	// keep seeing the parent as it was at their fork, and their own
+	// commits merge with it, conflicts included). For a commit that
+	// stands for a change from outside, such as `import --update --force`.
+	KeepSiblings bool
+}
+
+// CommitWith is Commit with options.
+func (m *Manager) CommitWith(ctx context.Context, name string, o CommitOptions) (CommitResult, error) {
+	return retryChanged(ctx, m, name, func() (CommitResult, error) { return m.commitOnce(ctx, name, o) })
 }
 
 // retryChanged runs op, a lifecycle operation on branch name, again when
@@ -376,7 +391,7 @@ func retryChanged[T any](ctx context.Context, m *Manager, name string, op func()
 // changedAttempts bounds retryChanged's attempts.
 const changedAttempts = 8
 
-func (m *Manager) commitOnce(ctx context.Context, name string) (CommitResult, error) {
+func (m *Manager) commitOnce(ctx context.Context, name string, o CommitOptions) (CommitResult, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	c, err := m.live(name)
@@ -446,13 +461,15 @@ func (m *Manager) commitOnce(ctx context.Context, name string) (CommitResult, er
 	// into the same parent through another Manager over the store makes
 	// it conflict, and the first to commit wins.
 	pold := p.rec
-	prec.Gen, prec.LastCommit = pold.Gen+1, by
+	if !o.KeepSiblings {
+		prec.Gen, prec.LastCommit = pold.Gen+1, by
+	}
 	crec := c.rec
 	crec.State, crec.CommitGen, crec.CommitNote, crec.Merging = StateCommitted, prec.Gen, by, 0
 	m.mu.RLock()
 	var sibs []*branch
 	for _, s := range m.liveChildrenLocked(p) {
-		if s != c {
+		if s != c && !o.KeepSiblings {
 			sibs = append(sibs, s)
 			sibs = append(sibs, m.descendantsLocked(s)...)
 		}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
 	"regexp"
 	"sort"
 	"sync"
@@ -244,9 +243,10 @@ func (m *Manager) releaseLocked(b *branch) {
 
 // Manager owns the branches of one store. It is safe for concurrent use.
 type Manager struct {
-	cow    *cowfs.Store // read only; branches' own keys through cow.KV()
-	opts   Options      // read only
-	secret []byte       // read only
+	cow     *cowfs.Store // read only; branches' own keys through cow.KV()
+	opts    Options      // read only
+	secret  []byte       // read only
+	ignores ignoreSet    // read only: opts.Ignore compiled
 
 	// Lock order: foldMu, opMu, views' locks (child before parent), mu
 	// (docs/design.md, "Lock order").
@@ -313,7 +313,11 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.Ignore, err = loadIgnore(ctx, opts.Store, opts.Ignore); err != nil {
 		return nil, err
 	}
-	m := &Manager{cow: cow, opts: opts, byID: map[BranchID]*branch{}, byName: map[string]*branch{},
+	ignores, err := compileIgnoreSet(opts.Ignore)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{cow: cow, opts: opts, ignores: ignores, byID: map[BranchID]*branch{}, byName: map[string]*branch{},
 		reclaim: make(chan struct{}, 1)}
 	var rev int64
 	if opts.Coord != nil {
@@ -544,14 +548,9 @@ func (m *Manager) Close() error {
 // Ignore returns the store's ignore list.
 func (m *Manager) Ignore() []string { return append([]string{}, m.opts.Ignore...) }
 
-func (m *Manager) ignore(name string) bool {
-	for _, p := range m.opts.Ignore {
-		if ok, _ := path.Match(p, name); ok {
-			return true
-		}
-	}
-	return false
-}
+// ignore reports whether path p ('/'-separated, from the branch's root)
+// is on the ignore list (ignore.go).
+func (m *Manager) ignore(p string) bool { return m.ignores.match(p) }
 
 func (m *Manager) infoLocked(b *branch) Info {
 	r := b.rec

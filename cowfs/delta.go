@@ -142,7 +142,8 @@ type Change struct {
 }
 
 // Diff lists what the layers of view (those above base, i.e. view's stack
-// minus base's) changed relative to the view base. ignore filters base names.
+// minus base's) changed relative to the view base. ignore filters paths
+// ('/'-separated, relative to the root, as in Change.Path).
 func (s *Store) Diff(ctx context.Context, vs, bs []LayerID, ignore func(name string) bool) ([]Change, error) {
 	view, base := s.View(vs), s.View(bs)
 	defer view.Close()
@@ -160,6 +161,15 @@ func (s *Store) Diff(ctx context.Context, vs, bs []LayerID, ignore func(name str
 		}
 		vst, bst := state{stack: vs}, state{stack: bs}
 		reported := map[InodeID]bool{}
+		ignored := func(p, name string) bool {
+			if ignore == nil {
+				return false
+			}
+			if p == "" {
+				p = name // no path: the name alone
+			}
+			return ignore(p)
+		}
 		pathIn := func(f *View, st state, dir InodeID, name string) string {
 			p, err := f.pathInTx(tx, st, dir)
 			if err != nil {
@@ -187,7 +197,8 @@ func (s *Store) Diff(ctx context.Context, vs, bs []LayerID, ignore func(name str
 				if bLive && sameName(be.e.Name, foldName(ce.Name)) {
 					kind = "modified"
 				}
-				if ignore != nil && ignore(ce.Name) {
+				p := pathIn(view, vst, id.Dir, ce.Name)
+				if ignored(p, ce.Name) {
 					continue
 				}
 				var bytes int64
@@ -196,20 +207,21 @@ func (s *Store) Diff(ctx context.Context, vs, bs []LayerID, ignore func(name str
 						return err
 					}
 				}
-				out = append(out, Change{Path: pathIn(view, vst, id.Dir, ce.Name), Kind: kind, Type: ce.Type, Bytes: bytes})
+				out = append(out, Change{Path: p, Kind: kind, Type: ce.Type, Bytes: bytes})
 				reported[ce.Ino] = true
 				if bLive && kind == "added" {
 					out = append(out, Change{Path: pathIn(base, bst, id.Dir, be.e.Name), Kind: "deleted", Type: be.e.Type})
 				}
 			case !cLive && bLive:
-				if ignore != nil && ignore(be.e.Name) {
+				p := pathIn(base, bst, id.Dir, be.e.Name)
+				if ignored(p, be.e.Name) {
 					continue
 				}
 				var size int64
 				if n, _, err := base.getInode(tx, bst, be.e.Ino); err == nil && n.Type == TypeRegular {
 					size = int64(n.Size)
 				}
-				out = append(out, Change{Path: pathIn(base, bst, id.Dir, be.e.Name), Kind: "deleted", Type: be.e.Type, Bytes: size})
+				out = append(out, Change{Path: p, Kind: "deleted", Type: be.e.Type, Bytes: size})
 				reported[be.e.Ino] = true
 			}
 		}
@@ -225,7 +237,11 @@ func (s *Store) Diff(ctx context.Context, vs, bs []LayerID, ignore func(name str
 			if n.Type != TypeDir {
 				changed = changed || n.Size != bn.Size || n.Mtime != bn.Mtime || d.data[ino] || n.Target != bn.Target
 			}
-			if !changed || (ignore != nil && ignore(n.Links[0].Name)) {
+			if !changed {
+				continue
+			}
+			p, err := view.pathInTx(tx, vst, ino)
+			if err != nil || ignored(p, n.Links[0].Name) {
 				continue
 			}
 			var bytes int64
@@ -233,10 +249,6 @@ func (s *Store) Diff(ctx context.Context, vs, bs []LayerID, ignore func(name str
 				if bytes, err = d.dataBytes(tx, view, ino); err != nil {
 					return err
 				}
-			}
-			p, err := view.pathInTx(tx, vst, ino)
-			if err != nil {
-				continue
 			}
 			out = append(out, Change{Path: p, Kind: "modified", Type: n.Type, Bytes: bytes})
 		}

@@ -14,7 +14,8 @@ import (
 // result into layer dst, an empty layer over parent's top that nothing
 // references yet. Both sides' changes are deltas above base; a key changed
 // on both sides is a conflict, except directories whose only common change
-// is their entry list (merged) and names ignore accepts (the child wins).
+// is their entry list (merged) and paths ignore accepts (the child wins;
+// ignore is given paths relative to the root, '/'-separated).
 // On conflict it returns the conflicting paths and writes nothing;
 // otherwise it returns how many entries and files it applied. The
 // caller publishes dst (makes it parent's top) in one small transaction, so
@@ -82,8 +83,10 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 			}
 			return "?"
 		}
-		ignored := func(n *inode) bool {
-			return ignore != nil && len(n.Links) > 0 && ignore(n.Links[0].Name)
+		// ignore is given paths (nameOf's, so a name where there is no
+		// path).
+		ignored := func(n *inode, f *View, st state) bool {
+			return ignore != nil && len(n.Links) > 0 && ignore(nameOf(n, f, st))
 		}
 		// Inodes.
 		fullCopy := map[InodeID]bool{}
@@ -128,7 +131,7 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 				cd.inodes[ino] = m
 				continue
 			}
-			if ignored(cn) || ignored(pn) {
+			if ignored(cn, child, cst) || ignored(pn, parent, pst) {
 				fullCopy[ino] = true
 				continue
 			}
@@ -147,14 +150,14 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 			if pe == ce {
 				continue
 			}
-			if ignore != nil && (ignore(ce.Name) || ignore(pe.Name)) {
-				continue
-			}
 			dir := "?"
 			if p, err := child.pathInTx(tx, cst, id.Dir); err == nil {
 				dir = p
 			} else if p, err := parent.pathInTx(tx, pst, id.Dir); err == nil {
 				dir = p
+			}
+			if ignore != nil && (ce.Name != "" && ignore(path.Join(dir, ce.Name)) || pe.Name != "" && ignore(path.Join(dir, pe.Name))) {
+				continue
 			}
 			name := ce.Name
 			if ce.Ino == 0 {

@@ -235,11 +235,23 @@ func importIntoMain(ctx context.Context, s *openedStore, src string, progress io
 		start := time.Now()
 		ip := newImportProgress(progress)
 		var p importdir.Progress
-		p, err = importdir.Import(ctx, fs, cowfs.RootIno, src, importdir.Options{Progress: ip.update})
+		cache := importdir.NewCache()
+		p, err = importdir.Import(ctx, fs, cowfs.RootIno, src, importdir.Options{Progress: ip.update, Cache: cache})
 		if err == nil {
 			_, err = mgr.Commit(ctx, tmp)
 		}
 		if err == nil {
+			// What import --update starts from: the folder and its stats.
+			if err := cache.Save(ctx, s.kv); err != nil {
+				return fmt.Errorf("import of %s: %w", src, err)
+			}
+			abs, err := filepath.Abs(src)
+			if err == nil {
+				err = mgr.SetSourceDir(ctx, abs)
+			}
+			if err != nil {
+				return fmt.Errorf("import of %s: %w", src, err)
+			}
 			// The marker goes only once the import is durable.
 			if err := mgr.Sync(ctx); err != nil {
 				return fmt.Errorf("import of %s: sync the store: %w", src, err)

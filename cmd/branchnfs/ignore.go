@@ -5,7 +5,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-const ignoreUsage = "file-name pattern kept out of diffs and merge conflicts (repeat for more; replaces the store's list; --ignore= alone ignores nothing)"
+const ignoreUsage = "pattern kept out of diffs and merge conflicts: a file name (*.log) or a path (node_modules/, build/**) (repeat for more; replaces the store's list; --ignore= alone ignores nothing)"
 
 func addIgnoreFlag(cmd *cobra.Command, p *[]string) {
 	cmd.Flags().StringArrayVar(p, "ignore", nil, ignoreUsage)

@@ -15,7 +15,10 @@ func TestIgnoreFlag(t *testing.T) {
 	if code, _, stderr := runCLI(t, "init", "--store", store, "--ignore", "["); code != exitUsage || !strings.Contains(stderr, "invalid ignore pattern") {
 		t.Fatalf("init --ignore '[': %d %q", code, stderr)
 	}
-	if code, _, stderr := runCLI(t, "init", "--store", store, "--ignore", "*.log", "--ignore", ".DS_Store"); code != 0 {
+	if code, _, stderr := runCLI(t, "init", "--store", store, "--ignore", "a//b"); code != exitUsage || !strings.Contains(stderr, "invalid ignore pattern") {
+		t.Fatalf("init --ignore 'a//b': %d %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "init", "--store", store, "--ignore", "*.log", "--ignore", ".DS_Store", "--ignore", "node_modules/", "--ignore", "build/**"); code != 0 {
 		t.Fatalf("init --ignore: %d %q", code, stderr)
 	}
 	s, err := openStore(context.Background(), store, openOptions{})
@@ -23,7 +26,7 @@ func TestIgnoreFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if got, want := s.mgr.Ignore(), []string{"*.log", ".DS_Store"}; !reflect.DeepEqual(got, want) {
+	if got, want := s.mgr.Ignore(), []string{"*.log", ".DS_Store", "node_modules/", "build/**"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("store ignores %q, want %q", got, want)
 	}
 }

@@ -190,6 +190,7 @@ open the store directly when no server runs.`,
 	opts.AddFlags(root)
 	root.AddCommand(
 		newInitCommand(opts),
+		newImportCommand(opts),
 		newServeCommand(opts),
 		newForkCommand(opts),
 		newCommitCommand(opts),

@@ -17,10 +17,11 @@ type importProgress struct {
 	interval time.Duration
 	last     time.Time
 	shown    bool
+	line     func(importdir.Progress) string // what a line says
 }
 
 func newImportProgress(w io.Writer) *importProgress {
-	p := &importProgress{w: w, interval: 5 * time.Second}
+	p := &importProgress{w: w, interval: 5 * time.Second, line: progressLine}
 	if f, ok := w.(*os.File); ok && isTerminal(f.Fd()) {
 		p.tty, p.interval = true, 100*time.Millisecond
 	}
@@ -40,7 +41,7 @@ func (ip *importProgress) update(p importdir.Progress) {
 	}
 	ip.last = now
 	if ip.tty {
-		line := progressLine(p) + "  " + p.Path
+		line := ip.line(p) + "  " + p.Path
 		if len(line) > 110 {
 			line = line[:110]
 		}
@@ -48,7 +49,15 @@ func (ip *importProgress) update(p importdir.Progress) {
 		ip.shown = true
 		return
 	}
-	fmt.Fprintln(ip.w, progressLine(p))
+	fmt.Fprintln(ip.w, ip.line(p))
+}
+
+// finish clears the live line, if any.
+func (ip *importProgress) finish() {
+	if ip.tty && ip.shown {
+		fmt.Fprint(ip.w, "\r\033[K")
+		ip.shown = false
+	}
 }
 
 // done prints the final line.

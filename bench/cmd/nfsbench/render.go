@@ -371,6 +371,11 @@ func renderMarkdown(r *Results) string {
 		renderScaleOut(r.ScaleOut, p, &missed)
 	}
 
+	// 10. Workspaces for agents.
+	if r.Worktrees != nil {
+		renderWorktrees(r.Worktrees, p, &missed)
+	}
+
 	p("## Targets missed\n\n")
 	if len(missed) == 0 && len(r.Errors) == 0 {
 		p("None.\n")

@@ -43,6 +43,7 @@ type suiteConfig struct {
 	KernelTree  string `json:"kernel_tree,omitempty"` // under $(go env GOROOT)/src
 	KernelRuns  int    `json:"kernel_runs,omitempty"`
 	KernelSteps string `json:"kernel_steps,omitempty"` // comma-separated; empty: all
+	Workspaces  int    `json:"workspaces,omitempty"`   // worktrees section
 }
 
 // Results is the JSON written to bench/results.
@@ -70,6 +71,7 @@ type Results struct {
 	Latency            []latencyRow                        `json:"latency,omitempty"`
 	Kernel             *kernelResult                       `json:"kernel,omitempty"`
 	ScaleOut           *scaleOutResult                     `json:"scale_out,omitempty"`
+	Worktrees          *worktreeResult                     `json:"worktrees,omitempty"`
 	Errors             []string                            `json:"errors,omitempty"`
 	Notes              []string                            `json:"notes,omitempty"`
 }
@@ -168,7 +170,7 @@ func runSuite(args []string) error {
 	osnfs := fs.String("osnfs", "", "go-nfs example/osnfs binary")
 	out := fs.String("out", "bench/results", "directory for the JSON (and Markdown) result")
 	commit := fs.String("commit", "unknown", "commit id for the result name")
-	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,kernel,soak,latency,scaleout (default all but soak, latency and scaleout; --quick leaves out gotest)")
+	sections := fs.String("sections", "", "comma-separated sections to run: branchops,storage,gotest,seq,meta,kernel,soak,latency,scaleout,worktrees (default all but soak, latency, scaleout and worktrees; --quick leaves out gotest)")
 	keep := fs.Bool("keep", false, "keep the temporary directory")
 	bases := fs.String("bases", "", "comma-separated base sizes (files) for branch operations (default 100,10000,100000; quick 100,1000)")
 	soakRounds := fs.Int("soak", 0, "soak section: rounds of fork, write 4 KiB over NFS, commit every 4th else abort (alone, it runs only this section)")
@@ -178,6 +180,7 @@ func runSuite(args []string) error {
 	kernelTree := fs.String("kernel-tree", "crypto", "kernel section: the tree under $(go env GOROOT)/src that the guest untars, reads, lists and removes (quick: net)")
 	kernelRuns := fs.Int("kernel-runs", 4, "kernel section: runs per server, each server first in every other run (quick: 1)")
 	kernelSteps := fs.String("kernel-steps", "", "kernel section: comma-separated steps timed in every run, of untar,read,lsR,rm (default all; without untar the tree is untarred once, untimed, e.g. --kernel-steps lsR --kernel-runs 20)")
+	worktrees := fs.Int("worktrees", 0, "worktrees section: N workspaces by git worktree add + a copy of the ignored state, and by fork (alone, it runs only this section; default 8 in the section)")
 	backend := fs.String("backend", "", "etcd+s3: the scale-out section, Badger beside metadata on a 3-member etcd and blocks in versitygw (alone, it runs only this section)")
 	etcdMember := fs.String("etcdmember", "", "scale-out section: the internal/testbin/etcdmember binary")
 	versitygw := fs.String("versitygw", "", "scale-out section: the versitygw binary")
@@ -187,6 +190,9 @@ func runSuite(args []string) error {
 	}
 	if *latency && *sections == "" {
 		*sections = "latency"
+	}
+	if *worktrees > 0 && *sections == "" {
+		*sections = "worktrees"
 	}
 	switch *backend {
 	case "":
@@ -201,7 +207,7 @@ func runSuite(args []string) error {
 	cfg := suiteConfig{Quick: *quick, Runs: *runs, SeqMiB: 256, ReqSize: 1 << 20, Conns: 4, Depth: 2,
 		MetaFiles: 10000, MetaWorkers: 4, Bases: []int{100, 10000, 100000}, OpRuns: 50, BigRuns: 5,
 		MaxCommit: 100e6, Sections: *sections, SoakRounds: *soakRounds, SoakEvery: max(1, *soakEvery), LatencyMiB: *latencyMiB,
-		KernelTree: *kernelTree, KernelRuns: max(1, *kernelRuns), KernelSteps: *kernelSteps}
+		KernelTree: *kernelTree, KernelRuns: max(1, *kernelRuns), KernelSteps: *kernelSteps, Workspaces: *worktrees}
 	if *quick && !flagSet(fs, "latency-mib") {
 		cfg.LatencyMiB = 64
 	}
@@ -294,6 +300,12 @@ func runSuite(args []string) error {
 	if s.sections["scaleout"] {
 		s.scaleOut(ctx)
 	}
+	if s.sections["worktrees"] {
+		if s.cfg.Workspaces <= 0 {
+			s.cfg.Workspaces, s.res.Config.Workspaces = 8, 8
+		}
+		s.worktrees(ctx)
+	}
 	s.res.Duration = time.Since(start).Seconds()
 	s.res.LoadEnd = loadavg()
 
@@ -307,7 +319,7 @@ func runSuite(args []string) error {
 		if *quick {
 			base += "-quick"
 		}
-		if s.cfg.Sections == "soak" || s.cfg.Sections == "latency" || s.cfg.Sections == "scaleout" {
+		if s.cfg.Sections == "soak" || s.cfg.Sections == "latency" || s.cfg.Sections == "scaleout" || s.cfg.Sections == "worktrees" {
 			base += "-" + s.cfg.Sections
 		}
 		b, _ := json.MarshalIndent(s.res, "", "  ")

@@ -1,8 +1,0 @@
-package importdir
-
-import (
-	"syscall"
-	"time"
-)
-
-func atime(st *syscall.Stat_t) time.Time { return time.Unix(st.Atim.Sec, st.Atim.Nsec) }

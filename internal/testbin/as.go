@@ -1,0 +1,51 @@
+package testbin
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// UnprivilegedUID is the user tests run as when they must not be root.
+const UnprivilegedUID = 54321
+
+// RunTestAs runs test (a top-level test of the current test binary) in a
+// copy of the binary, as uid (and gid uid), with env added, and returns its
+// combined output. It needs root.
+func RunTestAs(t *testing.T, uid uint32, test string, env ...string) ([]byte, error) {
+	t.Helper()
+	bin := filepath.Join(SharedTempDir(t, "bnfs-as"), filepath.Base(os.Args[0]))
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	return cmd.CombinedOutput()
+}
+
+// Unprivileged runs fn as a user who is not root: directly when the tests
+// are not root, else by running test (the calling top-level test, whose
+// name is t.Name()) again as UnprivilegedUID, which must report its
+// subtest (or test) want passed, not skipped. fn runs only in that second
+// process then, where it is not root.
+func Unprivileged(t *testing.T, want string, fn func(*testing.T)) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		fn(t)
+		return
+	}
+	test := strings.SplitN(t.Name(), "/", 2)[0]
+	out, err := RunTestAs(t, UnprivilegedUID, test)
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+want+" ") {
+		t.Fatalf("%s as uid %d: %v\n%s", test, UnprivilegedUID, err, out)
+	}
+	t.Logf("passed as uid %d", UnprivilegedUID)
+}
