@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/branches/results"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/spf13/cobra"
 )
@@ -207,7 +208,9 @@ func newDiffCommand(g *globalOptions) *cobra.Command {
 		Long: `List the paths branch NAME added (A), modified (M) and deleted (D) since its
 fork, with byte counts. Names on the store's ignore list (by default ._*,
 .DS_Store and .nfs.*; see init --ignore) and silly-renamed files are left
-out. --json prints the diff object (see README.md).`,
+out. Names that are not printable ASCII are quoted as git quotes them
+(core.quotePath); --json prints the diff object with the names exact
+(see README.md).`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name = args[0]
@@ -253,7 +256,7 @@ func printDiff(w io.Writer, d branches.Diff) {
 			deleted++
 		}
 		total += c.Bytes
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k, c.Type, humanBytes(c.Bytes), c.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k, c.Type, humanBytes(c.Bytes), results.QuotePath(c.Path))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d change(s) in %s since its fork from %s: %d added, %d modified, %d deleted, %s\n",
