@@ -1,4 +1,4 @@
-package results
+package results_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/branchnfs/branchnfs/branches/results"
 	"github.com/branchnfs/branchnfs/internal/testbin"
 )
 
@@ -123,12 +124,12 @@ func git(t *testing.T, dir string, stdin []byte, args ...string) string {
 func TestPatchAppliesWithGit(t *testing.T) {
 	needGit(t)
 	base, head := buildTrees(t)
-	deltas, err := Expand(Dir(base), Dir(head), allPaths(t, base, head), ExpandOptions{Hash: true})
+	deltas, err := results.Expand(results.Dir(base), results.Dir(head), allPaths(t, base, head), results.ExpandOptions{Hash: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var patch bytes.Buffer
-	st, err := WritePatch(&patch, Dir(base), Dir(head), deltas, PatchOptions{})
+	st, err := results.WritePatch(&patch, results.Dir(base), results.Dir(head), deltas, results.PatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

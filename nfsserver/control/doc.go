@@ -12,7 +12,9 @@
 //	GET  /v1/branches                        []branches.Info
 //	POST /v1/branches                        {"parent","name","checkpoint"} -> 201 ForkResult
 //	GET  /v1/branches/{name}                 branches.Info
-//	GET  /v1/branches/{name}/diff            branches.Diff
+//	GET  /v1/branches/{name}/diff            branches.Diff; ?format=patch[&since=LABEL]: a git patch
+//	GET  /v1/branches/{name}/changes         change set (tar) for an apply; ?since=LABEL, ?content=0
+//	GET  /v1/branches/{name}/export          tar stream; ?checkpoint=LABEL, ?sub=PATH
 //	POST /v1/branches/{name}/commit          branches.CommitResult
 //	POST /v1/branches/{name}/abort           branches.AbortResult
 //	POST /v1/branches/{name}/checkpoints     {"label"} -> 201 branches.Checkpoint
