@@ -20,6 +20,11 @@
 //	POST /v1/branches/{name}/checkpoints     {"label"} -> 201 branches.Checkpoint
 //	POST /v1/branches/{name}/restore         {"label"} -> RestoreResult
 //
+// The patch, changes and export answers are streams: an error found after
+// their first bytes comes in the trailer Branchnfs-Error (a JSON error
+// body) to a client that sent "TE: trailers", and cuts the stream
+// (no final chunk) for others.
+//
 // # Authentication
 //
 // The API runs commands as the store's owner (the jobs API), so every

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/branches/results"
@@ -31,7 +32,8 @@ var (
 
 // streamErrorTrailer carries the error of a stream that failed after its
 // first bytes were sent (the status line was then 200 already): a JSON
-// error body, as in an error answer.
+// error body, as in an error answer, for a client that sent "TE:
+// trailers". Other clients get a stream cut without its final chunk.
 const streamErrorTrailer = "Branchnfs-Error"
 
 // writeTracker remembers whether anything was written.
@@ -65,6 +67,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, ctype string, fn
 		w.Header().Del("Trailer")
 		s.fail(w, r, err)
 		return
+	}
+	s.opts.Logger.Warn("control: stream cut by an error", "method", r.Method, "path", r.URL.Path, "err", err)
+	if !strings.Contains(r.Header.Get("TE"), "trailers") {
+		// A client that reads no trailers sees a cut stream (no final
+		// chunk): an error, never a short answer taken for whole.
+		panic(http.ErrAbortHandler)
 	}
 	body, _ := makeErrorBody(err)
 	b, _ := json.Marshal(body)
@@ -104,6 +112,7 @@ func (c *Client) getStream(ctx context.Context, path string, w io.Writer) error 
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	req.Header.Set("TE", "trailers")
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
