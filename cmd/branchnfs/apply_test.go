@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/go-git/go-billy/v5"
 )
 
 // copyTree copies src to a new folder with cp -a.
@@ -72,5 +74,84 @@ func TestApply(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, append([]string{"apply", "b"}, s...)...); code != exitUsage || !strings.Contains(stderr, "pass --to DIR") {
 		t.Fatalf("apply without --to: %d %q", code, stderr)
+	}
+}
+
+// TestApplyGitBranch: apply --git-branch records the branch's changes as
+// a commit on a new ref, which git show --stat lists exactly, and leaves
+// the working tree, index and HEAD alone; where the branch made commits
+// in its own .git, the ref carries them.
+func TestApplyGitBranch(t *testing.T) {
+	s, src := outputFixture(t)
+	os.WriteFile(filepath.Join(src, ".gitignore"), []byte("*.log\n"), 0o644)
+	gitIn(t, src, "add", ".gitignore")
+	gitIn(t, src, "commit", "-q", "-m", "ignore logs")
+	// The import was of the commit before: the repository moved on, as
+	// a user's does; the ref still goes on the branch's own HEAD.
+	headBefore := gitIn(t, src, "rev-parse", "HEAD")
+	statusBefore := gitIn(t, src, "status", "--porcelain")
+	inBranch(t, s[1], "b", func(fs billy.Filesystem) { writeFile(t, fs, "debug.log", "noise\n", 0o644) })
+
+	code, out, _ := runCLI(t, append([]string{"apply", "b", "--to", src, "--git-branch", "agent/b", "--json"}, s...)...)
+	var res gitApplyResult
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Ref != "refs/heads/agent/b" {
+		t.Fatalf("apply --git-branch: %d %q", code, out)
+	}
+	if len(res.Ignored) != 1 || res.Ignored[0] != "debug.log" {
+		t.Fatalf("ignored paths: %v", res.Ignored)
+	}
+	stat := gitIn(t, src, "show", "--stat=200", "--format=%P", "agent/b")
+	t.Log(stat)
+	var files []string
+	for _, l := range strings.Split(stat, "\n") {
+		if f, _, ok := strings.Cut(l, "|"); ok {
+			files = append(files, strings.TrimSpace(f))
+		}
+	}
+	want := []string{"bin.dat", "gone.txt", "link", "new.txt", "newdir/deep/x", "olddir/sub/f", "run.sh", "text.txt"}
+	if strings.Join(files, ",") != strings.Join(want, ",") {
+		t.Fatalf("git show --stat lists %v, want %v", files, want)
+	}
+	if parent := strings.Fields(stat)[0]; parent != res.Parent || res.Parent != res.Base {
+		t.Fatalf("parent %s, result %+v", parent, res)
+	}
+	if gitIn(t, src, "rev-parse", "HEAD") != headBefore || gitIn(t, src, "status", "--porcelain") != statusBefore {
+		t.Fatal("apply --git-branch changed HEAD, the index or the working tree")
+	}
+	if code, _, stderr := runCLI(t, append([]string{"apply", "b", "--to", src, "--git-branch", "agent/b"}, s...)...); code != exitExists || !strings.Contains(stderr, "exists") {
+		t.Fatalf("apply --git-branch onto an existing ref: %d %q", code, stderr)
+	}
+
+	// The branch commits in its own .git: the ref carries that commit.
+	work := copyTree(t, src)
+	gitIn(t, work, "checkout", "-q", res.Base)
+	os.WriteFile(filepath.Join(work, "text.txt"), []byte("one\n2\nthree\n"), 0o644)
+	gitIn(t, work, "commit", "-q", "-am", "agent commit")
+	agent := strings.TrimSpace(gitIn(t, work, "rev-parse", "HEAD"))
+	inBranch(t, s[1], "b", func(fs billy.Filesystem) {
+		filepath.Walk(filepath.Join(work, ".git"), func(p string, fi os.FileInfo, err error) error {
+			rel, _ := filepath.Rel(work, p)
+			switch {
+			case fi.IsDir():
+				fs.MkdirAll(rel, 0o755)
+			case fi.Mode().IsRegular():
+				b, _ := os.ReadFile(p)
+				writeFile(t, fs, rel, string(b), fi.Mode())
+			}
+			return nil
+		})
+	})
+	if code, _, _ := runCLI(t, append([]string{"apply", "b", "--to", src, "--git-branch", "agent/c"}, s...)...); code != 0 {
+		t.Fatal("apply --git-branch with the branch's commit failed")
+	}
+	log := gitIn(t, src, "log", "--format=%H %s", "-3", "agent/c")
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[1], agent+" agent commit") {
+		t.Fatalf("agent/c does not carry the branch's commit %s:\n%s", agent, log)
+	}
+	// text.txt is committed by the agent: the top commit changes the rest.
+	stat = gitIn(t, src, "show", "--stat=200", "--format=", "agent/c")
+	if strings.Contains(stat, "text.txt") || !strings.Contains(stat, "new.txt") {
+		t.Fatalf("top commit of agent/c:\n%s", stat)
 	}
 }

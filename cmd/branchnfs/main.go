@@ -93,7 +93,7 @@ func exitCode(err error) int {
 		return exitInvalidName
 	case errors.Is(err, branches.ErrNotFound):
 		return exitNotFound
-	case errors.Is(err, branches.ErrExists), errors.Is(err, errStoreExists):
+	case errors.Is(err, branches.ErrExists), errors.Is(err, errStoreExists), errors.Is(err, errRefExists):
 		return exitExists
 	case errors.Is(err, branches.ErrConflict):
 		return exitConflict

@@ -127,6 +127,8 @@ func TestApplyRoundTrip(t *testing.T) {
 	os.Symlink("f00", filepath.Join(src, "link"))
 	chownTree(t, src, owner)
 	gitAs(t, owner, src, "", "init", "-q", "-b", "main")
+	gitAs(t, owner, src, "", "config", "user.name", "A User")
+	gitAs(t, owner, src, "", "config", "user.email", "user@example.com")
 	gitAs(t, owner, src, "", "add", "-A")
 	gitAs(t, owner, src, "", "commit", "-q", "-m", "base")
 
@@ -207,6 +209,39 @@ func TestApplyRoundTrip(t *testing.T) {
 		}
 		if !names["newdir/"] || !names["newdir/n1"] || names["f39"] || !names[".git/HEAD"] {
 			t.Fatalf("export --tar - through the server: %v", names)
+		}
+	})
+
+	t.Run("git-branch", func(t *testing.T) {
+		dir := copyAs(t, owner, src)
+		before := digest(t, dir)
+		out := mustCLI(t, store, "apply", "b", "--to", dir, "--git-branch", "agent")
+		if !strings.Contains(out, "refs/heads/agent") {
+			t.Fatalf("apply --git-branch: %q", out)
+		}
+		stat := gitAs(t, owner, dir, "", "show", "--stat=200", "--format=", "agent")
+		var files []string
+		for _, l := range strings.Split(stat, "\n") {
+			if f, _, ok := strings.Cut(l, "|"); ok {
+				files = append(files, strings.TrimSpace(f))
+			}
+		}
+		var want []string
+		for i := range 20 {
+			want = append(want, fmt.Sprintf("f%02d", i))
+		}
+		want = append(want, "f39", "link", "newdir/n1", "old/sub/x", "run.sh")
+		want = append([]string{"bin.dat"}, want...)
+		if strings.Join(files, ",") != strings.Join(want, ",") {
+			t.Fatalf("git show --stat agent lists %v, want %v", files, want)
+		}
+		// The working tree is untouched (.git gained the ref and objects).
+		if d := digestDiff(before, digest(t, dir)); d != "" {
+			for _, l := range strings.Split(d, "\n") {
+				if !strings.HasPrefix(l, ".git/") {
+					t.Fatalf("apply --git-branch changed the working tree:\n%s", d)
+				}
+			}
 		}
 	})
 
