@@ -33,7 +33,7 @@ type Trees struct {
 }
 
 // Close releases the trees; background reclamation and folding, which
-// wait while trees are open, go on.
+// wait while any trees are open, go on.
 func (t *Trees) Close() {
 	t.once.Do(t.release)
 }
@@ -41,14 +41,15 @@ func (t *Trees) Close() {
 // Trees opens branch name and its fork base read-only, or, when since is
 // set, the branch and its checkpoint since (its changes since that
 // checkpoint). The caller must Close them: until then, background
-// reclamation, folding and GC wait (forks, commits and NFS go on).
+// reclamation, folding and GC wait (forks, commits, NFS and other trees
+// go on).
 // Errors: those of Diff; ErrNotFound for a missing checkpoint; an error
 // for a checkpoint the branch was restored past.
 func (m *Manager) Trees(ctx context.Context, name, since string) (*Trees, error) {
-	m.gc.mu.Lock()
+	m.gc.mu.RLock()
 	t, err := m.trees(ctx, name, since)
 	if err != nil {
-		m.gc.mu.Unlock()
+		m.gc.mu.RUnlock()
 		return nil, err
 	}
 	return t, nil
@@ -68,7 +69,7 @@ func (m *Manager) trees(ctx context.Context, name, since string) (*Trees, error)
 	stack := b.fs.Stack()
 	ignore := func(n string) bool { return m.ignore(n) || cowfs.IsSillyName(n) }
 	t := &Trees{Branch: name, Parent: in.Parent, Head: results.FromBilly(b.fs.Billy()), Ignore: ignore,
-		release: func() { m.gc.mu.Unlock() }}
+		release: func() { m.gc.mu.RUnlock() }}
 	baseLayer := rec.Base
 	if since != "" {
 		cp, err := m.checkpoint(ctx, b, since)
@@ -96,7 +97,7 @@ func (m *Manager) trees(ctx context.Context, name, since string) (*Trees, error)
 	}
 	base := m.cow.View(bstack)
 	t.Base = results.FromBilly(base.Billy())
-	t.release = func() { base.Close(); m.gc.mu.Unlock() }
+	t.release = func() { base.Close(); m.gc.mu.RUnlock() }
 	return t, nil
 }
 
@@ -104,14 +105,14 @@ func (m *Manager) trees(ctx context.Context, name, since string) (*Trees, error)
 // set (a frozen state). The caller must call the returned release; until
 // then background reclamation, folding and GC wait.
 func (m *Manager) Tree(ctx context.Context, name, label string) (results.Tree, func(), error) {
-	m.gc.mu.Lock()
+	m.gc.mu.RLock()
 	t, release, err := m.tree(ctx, name, label)
 	if err != nil {
-		m.gc.mu.Unlock()
+		m.gc.mu.RUnlock()
 		return nil, nil, err
 	}
 	var once sync.Once
-	return t, func() { once.Do(func() { release(); m.gc.mu.Unlock() }) }, nil
+	return t, func() { once.Do(func() { release(); m.gc.mu.RUnlock() }) }, nil
 }
 
 func (m *Manager) tree(ctx context.Context, name, label string) (results.Tree, func(), error) {
