@@ -134,8 +134,8 @@ func entryOf(t Tree, p string, fi os.FileInfo) (*Entry, error) {
 // Stat returns the entry of p in t, nil if there is none.
 func Stat(t Tree, p string) (*Entry, error) {
 	fi, err := t.Lstat(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return nil, nil // a parent is missing or not a directory
 	}
 	if err != nil {
 		return nil, err
