@@ -155,3 +155,44 @@ func TestApplyGitBranch(t *testing.T) {
 		t.Fatalf("top commit of agent/c:\n%s", stat)
 	}
 }
+
+// TestApplySinceAndExportCheckpoint: apply --since writes only what came
+// after the checkpoint; export --checkpoint writes the frozen state.
+func TestApplySinceAndExportCheckpoint(t *testing.T) {
+	s, src := outputFixture(t)
+	if code, _, _ := runCLI(t, append([]string{"checkpoint", "b", "cp"}, s...)...); code != 0 {
+		t.Fatal("checkpoint failed")
+	}
+	frozen := filepath.Join(t.TempDir(), "frozen")
+	if code, _, _ := runCLI(t, append([]string{"export", "b", frozen}, s...)...); code != 0 {
+		t.Fatal("export failed")
+	}
+	inBranch(t, s[1], "b", func(fs billy.Filesystem) { writeFile(t, fs, "later.txt", "later\n", 0o644) })
+	atCP := filepath.Join(t.TempDir(), "cp")
+	if code, _, _ := runCLI(t, append([]string{"export", "b", atCP, "--checkpoint", "cp"}, s...)...); code != 0 {
+		t.Fatal("export --checkpoint failed")
+	}
+	if d := diffDigests(treeDigest(t, frozen, true), treeDigest(t, atCP, true)); d != "" {
+		t.Fatalf("export --checkpoint differs from the state at the checkpoint:\n%s", d)
+	}
+	// The folder at the checkpoint, then apply --since cp: only later.txt.
+	code, out, _ := runCLI(t, append([]string{"apply", "b", "--to", atCP, "--since", "cp", "--json"}, s...)...)
+	var res applyResult
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Changes) != 1 || res.Changes[0].Path != "later.txt" {
+		t.Fatalf("apply --since: %d %q", code, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(atCP, "later.txt")); err != nil || string(b) != "later\n" {
+		t.Fatalf("later.txt after apply --since: %q %v", b, err)
+	}
+	// Into the folder at the fork, apply --since cp adds later.txt
+	// alone: the changes before the checkpoint are not part of it.
+	if code, _, _ := runCLI(t, append([]string{"apply", "b", "--to", src, "--since", "cp"}, s...)...); code != 0 {
+		t.Fatalf("apply --since into the fork's folder: %d", code)
+	}
+	if b, err := os.ReadFile(filepath.Join(src, "later.txt")); err != nil || string(b) != "later\n" {
+		t.Fatalf("later.txt: %q %v", b, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(src, "text.txt")); string(b) != "one\ntwo\nthree\n" {
+		t.Fatalf("apply --since wrote a change from before the checkpoint: text.txt is %q", b)
+	}
+}

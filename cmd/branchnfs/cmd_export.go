@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"bufio"
 	"context"
 	"errors"
@@ -96,6 +97,13 @@ func runExport(ctx context.Context, o *exportOptions) error {
 			}
 			if err != nil || o.Tar == "-" {
 				return err
+			}
+			if st == (results.TarStats{}) {
+				// Through the API the counts stay on the server: read
+				// them back from the file.
+				if st, err = countTar(o.Tar); err != nil {
+					return err
+				}
 			}
 			return o.printExport(exportResult{Branch: o.Name, Checkpoint: o.Checkpoint, Tar: o.Tar, TarStats: st})
 		})
@@ -208,5 +216,34 @@ func emptyDir(dir string) {
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		os.RemoveAll(dir + "/" + e.Name())
+	}
+}
+
+// countTar counts the entries of the tar file name.
+func countTar(name string) (results.TarStats, error) {
+	var st results.TarStats
+	f, err := os.Open(name)
+	if err != nil {
+		return st, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return st, nil
+		}
+		if err != nil {
+			return st, fmt.Errorf("export: reading back %s: %w", name, err)
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			st.Dirs++
+		case tar.TypeReg:
+			st.Files++
+			st.Bytes += h.Size
+		case tar.TypeSymlink:
+			st.Symlinks++
+		}
 	}
 }
