@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -181,4 +182,86 @@ func TestPatchRandomEdits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runCut runs fn on a goroutine of its own, which fn may end with
+// runtime.Goexit as a kill -9 would end the process: nothing after the
+// cut runs.
+func runCut(fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	<-done
+}
+
+// TestApplyRecover: an apply cut while staging is undone by Recover,
+// the folder as before; one cut while moving content into place is
+// completed, the folder as the head.
+func TestApplyRecover(t *testing.T) {
+	base, head := buildTrees(t)
+	deltas, stream := changeSet(t, base, head)
+	for _, tc := range []struct {
+		name string
+		cut  func(a *results.Applier) func(fn func(d results.Delta, r io.Reader) error) error
+		want string
+	}{
+		{"staging", func(a *results.Applier) func(fn func(d results.Delta, r io.Reader) error) error {
+			return func(fn func(d results.Delta, r io.Reader) error) error {
+				n := 0
+				return stream(func(d results.Delta, r io.Reader) error {
+					if n++; n == 4 {
+						runtime.Goexit()
+					}
+					return fn(d, r)
+				})
+			}
+		}, "undone"},
+		{"committing", func(a *results.Applier) func(fn func(d results.Delta, r io.Reader) error) error {
+			a.AfterStep = func(done int) {
+				if done == 5 {
+					runtime.Goexit()
+				}
+			}
+			return stream
+		}, "completed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyDir(t, base)
+			root, _ := os.OpenRoot(dir)
+			defer root.Close()
+			plan, err := results.PlanApply(root, deltas, results.PlanOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := &results.Applier{Root: root, Branch: "b"}
+			s := tc.cut(a)
+			runCut(func() { a.Run(plan, s) })
+			if _, err := os.Stat(filepath.Join(dir, results.StageDir)); err != nil {
+				t.Fatalf("no staging left by the cut: %v", err)
+			}
+			r, err := (&results.Applier{Root: root}).Recover()
+			if err != nil || r == nil || r.Action != tc.want || r.Branch != "b" {
+				t.Fatalf("recover: %+v %v", r, err)
+			}
+			want := base
+			if tc.want == "completed" {
+				want = head
+			}
+			// .git is not applied: it stays the base's.
+			if d := compareTrees(t, want, dir, true); d != "" && !onlyGit(d) {
+				t.Fatal(d)
+			}
+		})
+	}
+}
+
+func onlyGit(d string) bool {
+	for _, l := range strings.Split(d, "\n") {
+		if !strings.HasPrefix(l, ".git") {
+			return false
+		}
+	}
+	return true
 }

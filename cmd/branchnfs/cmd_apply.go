@@ -12,6 +12,7 @@ import (
 	"github.com/branchnfs/branchnfs/branches/results"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // errApplyConflict is an apply refused because the folder changed paths
@@ -94,6 +95,15 @@ func runApply(ctx context.Context, o *applyOptions) error {
 		return fmt.Errorf("apply: %w", err)
 	}
 	defer root.Close()
+	if !o.DryRun {
+		// One apply into a folder at a time: a second one would take the
+		// first's staging for a cut apply's.
+		unlock, err := lockDir(o.To)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+	}
 	return withBackend(ctx, o.globalOptions, func(b *backend) error {
 		out, err := outputsOf(b)
 		if err != nil {
@@ -218,4 +228,21 @@ func (o *applyOptions) printApply(res applyResult) error {
 		return fmt.Errorf("%w: %d path(s) of %s changed in %s too; nothing was written", errApplyConflict, conflicts, res.Branch, res.To)
 	}
 	return nil
+}
+
+// lockDir takes an exclusive flock on the directory dir itself (no file
+// is left in it), or fails at once if another process holds it.
+func lockDir(dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("apply: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("apply: another apply is writing into %s: wait for it to end", dir)
+		}
+		return nil, fmt.Errorf("apply: locking %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
 }
