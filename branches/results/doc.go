@@ -1,8 +1,10 @@
 // Package results turns what a branch holds into forms that leave the
 // store: git-format patches (WritePatch), tar streams of a tree
-// (WriteTar), change sets that an apply consumes (WriteChangeSet,
-// ReadChangeSet), and a one-line summary of what happened inside a
-// repository's .git directory (SummarizeGit).
+// (WriteTar, read back by Extract), change sets that an apply consumes
+// (WriteChangeSet, ReadChangeSet), a one-line summary of what happened
+// inside a repository's .git directory (SummarizeGit), and the
+// three-way apply of a change set to a folder of the user's (PlanApply,
+// Applier: staging, a journal and recovery, see apply.go).
 //
 // It works on two read-only trees given as billy filesystems, the base
 // (a branch's fork base or a checkpoint) and the head (the branch), and

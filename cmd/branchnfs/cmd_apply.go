@@ -121,7 +121,11 @@ func runApply(ctx context.Context, o *applyOptions) error {
 				}
 			}
 		}
-		if !o.DryRun {
+		if o.DryRun {
+			if _, err := root.Lstat(results.StageDir); err == nil {
+				fmt.Fprintf(o.stderr, "branchnfs: an earlier apply into %s was cut short (%s): the next apply completes or undoes it first\n", o.To, results.StageDir)
+			}
+		} else {
 			if res.Recovered, err = ap.Recover(); err != nil {
 				return err
 			}
