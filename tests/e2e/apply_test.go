@@ -210,6 +210,23 @@ func TestApplyRoundTrip(t *testing.T) {
 		if !names["newdir/"] || !names["newdir/n1"] || names["f39"] || !names[".git/HEAD"] {
 			t.Fatalf("export --tar - through the server: %v", names)
 		}
+		// tar itself, as the same user, gives the folder export wrote.
+		_, err := exec.LookPath("tar")
+		testbin.Prerequisite(t, err == nil, "tar is not installed", "apt-get install tar")
+		dir := userDir(t, owner)
+		tarFile := filepath.Join(dir, "b.tar")
+		mustCLI(t, store, "export", "b", "--tar", tarFile)
+		untarred := filepath.Join(dir, "untarred")
+		os.Mkdir(untarred, 0o755)
+		chownTree(t, untarred, owner)
+		cmd := exec.Command("tar", "-xpf", tarFile, "-C", untarred)
+		runAs(cmd, owner)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("tar -x: %v %s", err, b)
+		}
+		if d := digestDiff(digest(t, exported), digest(t, untarred)); d != "" {
+			t.Fatalf("tar -x of export --tar differs from export:\n%s", d)
+		}
 	})
 
 	t.Run("git-branch", func(t *testing.T) {
