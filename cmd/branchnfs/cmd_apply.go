@@ -226,6 +226,12 @@ func (o *applyOptions) printApply(res applyResult) error {
 				fmt.Fprintf(o.stdout, " (%d left alone: .git, FIFOs, sockets, devices)", n)
 			}
 			fmt.Fprintln(o.stdout)
+			for _, p := range res.Skipped {
+				if results.InGit(p) {
+					fmt.Fprintf(o.stdout, "the branch changed .git too (commits?): apply %s --to REPO --git-branch REF brings them as a ref\n", res.Branch)
+					break
+				}
+			}
 		}
 	}
 	if conflicts > 0 {
