@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -194,5 +195,19 @@ func TestApplySinceAndExportCheckpoint(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(src, "text.txt")); string(b) != "one\ntwo\nthree\n" {
 		t.Fatalf("apply --since wrote a change from before the checkpoint: text.txt is %q", b)
+	}
+}
+
+func TestApplyExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{fmt.Errorf("%w: 2 paths", errApplyConflict), exitApplyConflict},
+		{fmt.Errorf("%w: refs/heads/x", errRefExists), exitExists},
+	} {
+		if got := exitCode(tc.err); got != tc.code {
+			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.code)
+		}
 	}
 }

@@ -22,25 +22,28 @@ const version = "0.1.0-dev"
 
 // Exit codes. They are part of the stable CLI contract (README.md).
 const (
-	exitOK            = 0
-	exitError         = 1   // anything not listed below
-	exitUsage         = 2   // bad flags or arguments
-	exitNotFound      = 3   // no such branch or checkpoint
-	exitExists        = 4   // branch, checkpoint or store already exists
-	exitInvalidName   = 5   // name outside [A-Za-z0-9._-]{1,64}
-	exitInvalidated   = 6   // branch invalidated, committed or aborted
-	exitConflict      = 7   // commit refused: paths changed on both sides
-	exitHasChildren   = 8   // commit refused: live children
-	exitReadOnly      = 9   // main cannot be committed or aborted
-	exitNoSpace       = 10  // disk full, nothing changed
-	exitNoStore       = 11  // no store at --store (run init or serve)
-	exitStoreBusy     = 12  // another process holds the store
-	exitMountFailed   = 13  // mount or umount command failed
-	exitInUse         = 14  // commit or abort refused: NFS clients use the branch
-	exitNotOwner      = 15  // another server owns the branch (or none: takeover)
-	exitApplyConflict = 16  // apply refused: the folder changed paths the branch changed
-	exitInterrupted   = 130 // SIGINT/SIGTERM
+	exitOK          = 0
+	exitError       = 1   // anything not listed below
+	exitUsage       = 2   // bad flags or arguments
+	exitNotFound    = 3   // no such branch or checkpoint
+	exitExists      = 4   // branch, checkpoint or store already exists
+	exitInvalidName = 5   // name outside [A-Za-z0-9._-]{1,64}
+	exitInvalidated = 6   // branch invalidated, committed or aborted
+	exitConflict    = 7   // commit refused: paths changed on both sides
+	exitHasChildren = 8   // commit refused: live children
+	exitReadOnly    = 9   // main cannot be committed or aborted
+	exitNoSpace     = 10  // disk full, nothing changed
+	exitNoStore     = 11  // no store at --store (run init or serve)
+	exitStoreBusy   = 12  // another process holds the store
+	exitMountFailed = 13  // mount or umount command failed
+	exitInUse       = 14  // commit or abort refused: NFS clients use the branch
+	exitNotOwner    = 15  // another server owns the branch (or none: takeover)
+	exitInterrupted = 130 // SIGINT/SIGTERM
 )
+
+// exitApplyConflict: apply refused, the folder changed paths the branch
+// changed too (README.md).
+const exitApplyConflict = 16
 
 func main() {
 	// A helper supervising an attempt's process tree is this binary too.
