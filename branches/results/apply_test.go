@@ -265,3 +265,31 @@ func onlyGit(d string) bool {
 	}
 	return true
 }
+
+// TestChangeSetNames: a change set carries any name exactly, newlines
+// and bytes that are not UTF-8 included.
+func TestChangeSetNames(t *testing.T) {
+	root := t.TempDir()
+	base, head := filepath.Join(root, "base"), filepath.Join(root, "head")
+	os.Mkdir(base, 0o755)
+	os.Mkdir(head, 0o755)
+	names := []string{"new\nline", "caf\xe9", strings.Repeat("long", 60), `back\slash`}
+	for _, n := range names {
+		os.WriteFile(filepath.Join(head, n), []byte(n), 0o644)
+	}
+	deltas, stream := changeSet(t, base, head)
+	if len(deltas) != len(names) {
+		t.Fatalf("deltas: %+v", deltas)
+	}
+	got := map[string]string{}
+	stream(func(d results.Delta, r io.Reader) error {
+		b, _ := io.ReadAll(r)
+		got[d.Path] = string(b)
+		return nil
+	})
+	for _, n := range names {
+		if got[n] != n {
+			t.Errorf("%q: got content %q", n, got[n])
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,12 +115,16 @@ func runApplyGit(ctx context.Context, o *applyOptions) error {
 			return err
 		}
 		defer branchGit.Close()
-		if _, err := exportInto(ctx, out, o.Name, "", ".git", branchGit); err != nil {
-			return fmt.Errorf("apply --git-branch: copying the branch's .git: %w", err)
-		}
+		_, err = exportInto(ctx, out, o.Name, "", ".git", branchGit)
 		gitDir := filepath.Join(tmp, "branch", ".git")
-		if _, err := os.Stat(filepath.Join(gitDir, "HEAD")); err != nil {
-			return fmt.Errorf("apply --git-branch: branch %s has no git repository at its top (.git/HEAD): %w", o.Name, err)
+		if err == nil {
+			_, err = os.Stat(filepath.Join(gitDir, "HEAD"))
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("apply --git-branch: branch %s has no git repository at its top (.git/HEAD): use apply --to DIR to write its files instead", o.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("apply --git-branch: copying the branch's .git: %w", err)
 		}
 		// Fetch the branch's HEAD (its commits, if it made any) into
 		// the repository; FETCH_HEAD is all it writes besides objects.
