@@ -211,3 +211,26 @@ func TestApplyExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyGitBranchNoRepository: a branch without .git cannot become a
+// ref, and the message says what to do instead; the repository stays as
+// it was.
+func TestApplyGitBranchNoRepository(t *testing.T) {
+	needGit(t)
+	store := filepath.Join(shortTempDir(t), "s")
+	s := []string{"--store", store}
+	runCLI(t, append([]string{"init"}, s...)...)
+	runCLI(t, append([]string{"fork", "main", "b"}, s...)...)
+	repo := t.TempDir()
+	gitIn(t, repo, "init", "-q")
+	code, _, stderr := runCLI(t, append([]string{"apply", "b", "--to", repo, "--git-branch", "x"}, s...)...)
+	if code != exitError || !strings.Contains(stderr, "has no git repository") || !strings.Contains(stderr, "apply --to DIR") {
+		t.Fatalf("apply --git-branch of a branch without .git: %d %q", code, stderr)
+	}
+	if out := gitIn(t, repo, "for-each-ref"); out != "" {
+		t.Fatalf("refs appeared: %q", out)
+	}
+	if code, _, stderr := runCLI(t, append([]string{"apply", "b", "--to", t.TempDir(), "--git-branch", "x"}, s...)...); code != exitError || !strings.Contains(stderr, "not a git repository") {
+		t.Fatalf("apply --git-branch into a plain folder: %d %q", code, stderr)
+	}
+}
