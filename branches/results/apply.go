@@ -332,6 +332,10 @@ func (a *Applier) Run(plan *Plan, stream func(fn func(d Delta, content io.Reader
 	if staged != want {
 		return undo(fmt.Errorf("results: the branch's content of %d of %d paths did not come: run apply again", want-staged, want))
 	}
+	// Staged content is durable before the journal says it may move.
+	if err := syncStaged(a.Root, j); err != nil {
+		return undo(fmt.Errorf("results: syncing the staged content: %w", err))
+	}
 	j.State = "committing"
 	if err := a.writeJournal(j); err != nil {
 		return undo(err)
@@ -354,9 +358,6 @@ func (a *Applier) stage(st applyStep, content io.Reader) error {
 	}
 	hr := NewHashingReader(content)
 	_, err = io.Copy(f, hr)
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
