@@ -195,3 +195,30 @@ func compareTrees(t *testing.T, want, got string, modes bool) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestPatchTypeChanges: a directory that becomes a file, and a file that
+// becomes a directory, apply with git apply.
+func TestPatchTypeChanges(t *testing.T) {
+	needGit(t)
+	root := t.TempDir()
+	base, head := filepath.Join(root, "base"), filepath.Join(root, "head")
+	os.MkdirAll(filepath.Join(base, "d2f", "in"), 0o755)
+	os.WriteFile(filepath.Join(base, "d2f", "in", "x"), []byte("x\n"), 0o644)
+	os.WriteFile(filepath.Join(base, "f2d"), []byte("file\n"), 0o644)
+	os.MkdirAll(filepath.Join(head, "f2d"), 0o755)
+	os.WriteFile(filepath.Join(head, "f2d", "y"), []byte("y\n"), 0o644)
+	os.WriteFile(filepath.Join(head, "d2f"), []byte("now a file\n"), 0o644)
+	deltas, err := results.Expand(results.Dir(base), results.Dir(head), allPaths(t, base, head), results.ExpandOptions{Hash: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patch bytes.Buffer
+	if _, err := results.WritePatch(&patch, results.Dir(base), results.Dir(head), deltas, results.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	git(t, base, patch.Bytes(), "apply", "--check", "-")
+	git(t, base, patch.Bytes(), "apply", "-")
+	if d := compareTrees(t, head, base, false); d != "" {
+		t.Fatalf("%s\n%s", d, patch.String())
+	}
+}
