@@ -2,6 +2,8 @@ package branches
 
 import (
 	"time"
+
+	"github.com/branchnfs/branchnfs/branches/results"
 )
 
 // BranchID names a branch for its whole life; NFS handles and fsids carry it.
@@ -81,8 +83,12 @@ type Change struct {
 }
 
 // Diff lists what a branch changed since its fork point, sorted by path.
+// What changed under the repository directory .git at the top of the
+// branch is not listed path by path but summarised in Git (HEAD moved,
+// refs changed, objects added).
 type Diff struct {
-	Branch  string   `json:"branch"`
-	Parent  string   `json:"parent,omitempty"`
-	Changes []Change `json:"changes"`
+	Branch  string              `json:"branch"`
+	Parent  string              `json:"parent,omitempty"`
+	Changes []Change            `json:"changes"`
+	Git     *results.GitSummary `json:"git,omitempty"`
 }

@@ -25,8 +25,10 @@ import (
 // gcState serialises GC with the reclaimer's passes. Lock order: mu,
 // then sweepMu or foldMu (never both), then opMu.
 type gcState struct {
-	mu    sync.Mutex // held across a reclaimer pass or a GC
-	swept int64      // block bytes swept since the last GC (under mu)
+	// mu is held across a reclaimer pass or a GC; its read side by open
+	// Trees and Tree (trees.go), which GC and the reclaimer wait for.
+	mu    sync.RWMutex
+	swept int64 // block bytes swept since the last GC (under mu)
 	// sweepMu is held across one Reclaim: the tracker follows a single
 	// sweep at a time (a second Begin would drop the first's records).
 	sweepMu sync.Mutex

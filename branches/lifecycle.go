@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/branchnfs/branchnfs/branches/results"
 	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -900,7 +901,8 @@ func (m *Manager) restoreOnce(ctx context.Context, name, label string) error {
 	return nil
 }
 
-// Diff lists what branch name changed since its fork point.
+// Diff lists what branch name changed since its fork point; changes under
+// .git are summarised in Diff.Git.
 func (m *Manager) Diff(ctx context.Context, name string) (Diff, error) {
 	// Folding and reclamation rewrite layers: keep them out while reading.
 	m.opMu.Lock()
@@ -926,8 +928,20 @@ func (m *Manager) Diff(ctx context.Context, name string) (Diff, error) {
 	if err != nil {
 		return d, err
 	}
+	var inGit []results.PathChange
 	for _, c := range changes {
+		if results.InGit(c.Path) {
+			inGit = append(inGit, results.PathChange{Path: c.Path, Kind: c.Kind, Bytes: c.Bytes})
+			continue
+		}
 		d.Changes = append(d.Changes, Change{Path: c.Path, Kind: ChangeKind(c.Kind), Type: c.Type.String(), Bytes: c.Bytes})
+	}
+	if len(inGit) > 0 {
+		base := m.cow.View(bstack)
+		defer base.Close()
+		if d.Git, err = results.SummarizeGit(results.FromBilly(base.Billy()), results.FromBilly(b.fs.Billy()), inGit); err != nil {
+			return d, fmt.Errorf("branches: diff %s: summarising .git: %w", name, err)
+		}
 	}
 	return d, nil
 }

@@ -11,7 +11,7 @@ command -v nfs-cp >/dev/null 2>&1 || need+=(libnfs-utils)
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 [ -x /usr/bin/python3 ] || need+=(python3) # the Python client's tests run it as a regular user
 command -v npm >/dev/null 2>&1 || need+=(npm) # installs the MCP inspector's CLI (tests/mcp)
-command -v git >/dev/null 2>&1 || need+=(git) # imports of git worktrees are tested with the real git
+command -v git >/dev/null 2>&1 || need+=(git) # imports of worktrees, patches and apply are checked with the real git
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"

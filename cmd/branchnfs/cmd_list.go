@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/branches/results"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/spf13/cobra"
 )
@@ -195,8 +198,10 @@ func humanBytes(n int64) string {
 
 type diffOptions struct {
 	*globalOptions
-	JSON bool
-	Name string
+	JSON  bool
+	Patch bool
+	Since string
+	Name  string
 }
 
 func newDiffCommand(g *globalOptions) *cobra.Command {
@@ -207,7 +212,16 @@ func newDiffCommand(g *globalOptions) *cobra.Command {
 		Long: `List the paths branch NAME added (A), modified (M) and deleted (D) since its
 fork, with byte counts. Names on the store's ignore list (by default ._*,
 .DS_Store and .nfs.*; see init --ignore) and silly-renamed files are left
-out. --json prints the diff object (see README.md).`,
+out. Names that are not printable ASCII are quoted as git quotes them
+(core.quotePath); --json prints the diff object with the names exact
+(see README.md). What changed under .git is one line (G): where HEAD
+moved, how many refs changed and objects were added.
+
+--patch prints the changes as a git patch instead, which git apply
+applies to a checkout of the fork base: text hunks, new and deleted
+files, mode changes, symlinks and binary files (GIT binary patch);
+.git is left out. --since LABEL measures from the branch's checkpoint
+LABEL instead of the fork.`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Name = args[0]
@@ -215,11 +229,30 @@ out. --json prints the diff object (see README.md).`,
 		},
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the diff as JSON")
+	cmd.Flags().BoolVar(&opts.Patch, "patch", false, "print a git patch (git apply applies it to the fork base)")
+	cmd.Flags().StringVar(&opts.Since, "since", "", "with --patch: the changes since this checkpoint of NAME")
 	return cmd
 }
 
 func runDiff(ctx context.Context, o *diffOptions) error {
+	if o.Patch && o.JSON {
+		return usagef("--patch and --json exclude each other")
+	}
+	if o.Since != "" && !o.Patch {
+		return usagef("--since needs --patch (the listing is since the fork)")
+	}
 	return withBackend(ctx, o.globalOptions, func(b *backend) error {
+		if o.Patch {
+			out, err := outputsOf(b)
+			if err != nil {
+				return err
+			}
+			bw := bufio.NewWriter(o.stdout)
+			if _, err := out.Patch(ctx, o.Name, o.Since, bw); err != nil {
+				return err
+			}
+			return bw.Flush()
+		}
 		d, err := b.Diff(ctx, o.Name)
 		if err != nil {
 			return err
@@ -253,11 +286,24 @@ func printDiff(w io.Writer, d branches.Diff) {
 			deleted++
 		}
 		total += c.Bytes
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k, c.Type, humanBytes(c.Bytes), c.Path)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k, c.Type, humanBytes(c.Bytes), results.QuotePath(c.Path))
+	}
+	if d.Git != nil {
+		fmt.Fprintf(tw, "G\tgit\t%s\t.git: %s\n", humanBytes(d.Git.Bytes), d.Git)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "%d change(s) in %s since its fork from %s: %d added, %d modified, %d deleted, %s\n",
 		len(d.Changes), d.Branch, orDash(d.Parent), added, modified, deleted, humanBytes(total))
+}
+
+// outputsOf returns what writes patches, change sets and exports: the
+// server's API or the store opened directly.
+func outputsOf(b *backend) (control.Outputs, error) {
+	out, ok := b.Backend.(control.Outputs)
+	if !ok {
+		return nil, errors.New("this backend cannot write patches or exports")
+	}
+	return out, nil
 }
 
 func orDash(s string) string {

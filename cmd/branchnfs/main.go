@@ -41,6 +41,10 @@ const (
 	exitInterrupted = 130 // SIGINT/SIGTERM
 )
 
+// exitApplyConflict: apply refused, the folder changed paths the branch
+// changed too (README.md).
+const exitApplyConflict = 16
+
 func main() {
 	// A helper supervising an attempt's process tree is this binary too.
 	attempt.RunHelper()
@@ -92,10 +96,12 @@ func exitCode(err error) int {
 		return exitInvalidName
 	case errors.Is(err, branches.ErrNotFound):
 		return exitNotFound
-	case errors.Is(err, branches.ErrExists), errors.Is(err, errStoreExists):
+	case errors.Is(err, branches.ErrExists), errors.Is(err, errStoreExists), errors.Is(err, errRefExists):
 		return exitExists
 	case errors.Is(err, branches.ErrConflict):
 		return exitConflict
+	case errors.Is(err, errApplyConflict):
+		return exitApplyConflict
 	case errors.Is(err, branches.ErrHasChildren):
 		return exitHasChildren
 	case errors.Is(err, branches.ErrInvalidated), errors.Is(err, branches.ErrStale):
@@ -199,6 +205,8 @@ open the store directly when no server runs.`,
 		newRestoreCommand(opts),
 		newListCommand(opts),
 		newDiffCommand(opts),
+		newExportCommand(opts),
+		newApplyCommand(opts),
 		newGCCommand(opts),
 		newTakeoverCommand(opts),
 		newStatusCommand(opts),

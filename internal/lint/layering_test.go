@@ -29,6 +29,7 @@ var layers = map[string]int{
 	"cowfs/importdir":               1,
 	"branches":                      2,
 	"branches/branchestest":         2,
+	"branches/results":              2,
 	"nfsserver":                     3,
 	"nfsserver/control":             3,
 	"nfsserver/control/controltest": 3,

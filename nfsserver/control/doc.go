@@ -12,7 +12,9 @@
 //	GET  /v1/branches                        []branches.Info
 //	POST /v1/branches                        {"parent","name","checkpoint"} -> 201 ForkResult
 //	GET  /v1/branches/{name}                 branches.Info
-//	GET  /v1/branches/{name}/diff            branches.Diff
+//	GET  /v1/branches/{name}/diff            branches.Diff; ?format=patch[&since=LABEL]: a git patch
+//	GET  /v1/branches/{name}/changes         change set (tar) for an apply; ?since=LABEL, ?content=0
+//	GET  /v1/branches/{name}/export          tar stream; ?checkpoint=LABEL, ?sub=PATH
 //	POST /v1/branches/{name}/commit          branches.CommitResult
 //	POST /v1/branches/{name}/abort           branches.AbortResult
 //	POST /v1/branches/{name}/checkpoints     {"label"} -> 201 branches.Checkpoint
@@ -23,6 +25,11 @@
 // ServerOptions.Mounts adds endpoints behind the same token, built over a
 // client that reaches the server in-process (Server.LocalClient): the MCP
 // endpoint /v1/mcp is mounted so by the command.
+//
+// The patch, changes and export answers are streams: an error found after
+// their first bytes comes in the trailer Branchnfs-Error (a JSON error
+// body) to a client that sent "TE: trailers", and cuts the stream
+// (no final chunk) for others.
 //
 // # Authentication
 //

@@ -240,6 +240,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/branches", s.fork)
 	mux.HandleFunc("GET /v1/branches/{name}", s.get)
 	mux.HandleFunc("GET /v1/branches/{name}/diff", s.diff)
+	mux.HandleFunc("GET /v1/branches/{name}/changes", s.changes)
+	mux.HandleFunc("GET /v1/branches/{name}/export", s.export)
 	mux.HandleFunc("POST /v1/branches/{name}/commit", s.commit)
 	mux.HandleFunc("POST /v1/branches/{name}/abort", s.abort)
 	mux.HandleFunc("POST /v1/branches/{name}/checkpoints", s.checkpoint)
@@ -474,6 +476,19 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) diff(w http.ResponseWriter, r *http.Request) {
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "json":
+	case "patch":
+		s.diffPatch(w, r)
+		return
+	default:
+		s.fail(w, r, fmt.Errorf("%w: unknown diff format %q: use json or patch", ErrBadRequest, f))
+		return
+	}
+	if r.URL.Query().Get("since") != "" {
+		s.fail(w, r, fmt.Errorf("%w: since is for format=patch; the JSON diff is since the fork", ErrBadRequest))
+		return
+	}
 	d, err := s.opts.Backend.Diff(r.Context(), r.PathValue("name"))
 	if err != nil {
 		s.fail(w, r, err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -34,7 +35,7 @@ func TestPythonClient(t *testing.T) {
 	store := newStore(t)
 	owner := storeOwner(store)
 	root := userDir(t, owner)
-	startServer(t, store, 0, "--workdir-root", filepath.Join(root, "work"))
+	srv := startServer(t, store, 0, "--workdir-root", filepath.Join(root, "work"))
 	// A copy the regular user can read.
 	client := filepath.Join(root, "python")
 	if out, err := exec.Command("cp", "-r", "../../clients/python", client).CombinedOutput(); err != nil {
@@ -53,5 +54,19 @@ func TestPythonClient(t *testing.T) {
 	t.Logf("%s\n%s", cmd.String(), out.String())
 	if err != nil {
 		t.Fatalf("python client tests: %v", err)
+	}
+
+	// Workspace.patch of a branch with a change (the suite's commits
+	// into main would invalidate it, so it runs after them).
+	mustCLI(t, store, "fork", "main", "py-patch")
+	tg, _ := dial(t, srv.port).mount(t, "/py-patch")
+	writeFile(t, tg, "hello.txt", []byte("hello\n"))
+	cmd = exec.CommandContext(ctx, py, "-c", "import sys, branchnfs; sys.stdout.buffer.write(branchnfs.Workspace.connect().patch('py-patch'))")
+	cmd.Dir = client
+	cmd.Env = []string{"BRANCHNFS_STORE=" + store, "PYTHONPATH=" + client, "PYTHONDONTWRITEBYTECODE=1", "HOME=" + root, "PATH=/usr/bin:/bin"}
+	runAs(cmd, owner)
+	patch, err := cmd.Output()
+	if want := "diff --git a/hello.txt b/hello.txt\nnew file mode 100644\n"; err != nil || !strings.Contains(string(patch), want) || !strings.Contains(string(patch), "\n+hello\n") {
+		t.Fatalf("Workspace.patch: %v\n%s", err, patch)
 	}
 }

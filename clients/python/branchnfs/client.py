@@ -70,6 +70,9 @@ class Workspace:
                     self._token = f.read().strip()
             except FileNotFoundError:
                 return {}  # the server answers 401, saying where the token is
+            except http.client.IncompleteRead as e:
+                raise BranchnfsError("the server cut its answer to %s %s short (%d bytes read): "
+                                     "see the server's log" % (method, path, len(e.partial)), 500) from None
             except PermissionError as e:
                 raise Unauthorized("%s (the API token is only readable by the store's owner)" % e, 401) from None
         return {"Authorization": "Bearer " + self._token}
@@ -84,7 +87,8 @@ class Workspace:
 
     # -- transport
 
-    def _request(self, method, path, body=None, timeout=None):
+    def _request(self, method, path, body=None, timeout=None, raw=False):
+        want_raw = raw
         conn = _UnixConnection(self.socket, timeout or self.timeout)
         try:
             data = None
@@ -102,6 +106,8 @@ class Workspace:
             except PermissionError as e:
                 raise NoServer("%s: %s (the control socket is only open to the store's owner)"
                                % (self.socket, e)) from None
+            if want_raw and resp.status // 100 == 2:
+                return raw
             try:
                 out = json.loads(raw) if raw else None
             except ValueError:
@@ -170,6 +176,15 @@ class Workspace:
 
     def diff(self, name):
         return self._request("GET", "/v1/branches/%s/diff" % quote(name, safe=""))
+
+    def patch(self, name, since=None):
+        """What branch NAME changed since its fork (or since its checkpoint
+        SINCE) as a git patch, in bytes: `git apply` applies it to a checkout
+        of the fork base. .git is left out."""
+        path = "/v1/branches/%s/diff?format=patch" % quote(name, safe="")
+        if since:
+            path += "&since=" + quote(since, safe="")
+        return self._request("GET", path, raw=True)
 
     # -- disk space
 

@@ -41,6 +41,14 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(branchnfs.NotFound):
             self.ws.get(n)
 
+    def test_patch(self):
+        n = self.name()
+        self.ws.fork("main", n)
+        self.assertEqual(self.ws.patch(n), b"")
+        self.ws.abort(n)
+        with self.assertRaises(branchnfs.NotFound):
+            self.ws.patch(n)
+
     def test_token(self):
         with open(os.path.join(self.ws.store, "control.token")) as f:
             tok = f.read().strip()
