@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"sync"
 
 	"github.com/branchnfs/branchnfs/branches/results"
@@ -24,9 +25,9 @@ type Trees struct {
 	// Paths are the changed paths, sorted, names on the ignore list left
 	// out; Expand them into deltas.
 	Paths []string
-	// Ignore reports the names the diff leaves out (the store's ignore
+	// Ignore reports the paths the diff leaves out (the store's ignore
 	// list and silly-renamed files), for results.ExpandOptions.
-	Ignore func(name string) bool
+	Ignore func(p string) bool
 
 	once    sync.Once
 	release func()
@@ -67,7 +68,7 @@ func (m *Manager) trees(ctx context.Context, name, since string) (*Trees, error)
 	rec := b.rec
 	m.mu.RUnlock()
 	stack := b.fs.Stack()
-	ignore := func(n string) bool { return m.ignore(n) || cowfs.IsSillyName(n) }
+	ignore := func(p string) bool { return m.ignore(p) || cowfs.IsSillyName(path.Base(p)) }
 	t := &Trees{Branch: name, Parent: in.Parent, Head: results.FromBilly(b.fs.Billy()), Ignore: ignore,
 		release: func() { m.gc.mu.RUnlock() }}
 	baseLayer := rec.Base

@@ -13,8 +13,9 @@ type TarOptions struct {
 	// Sub, when set, writes only that subtree (its paths keep their
 	// prefix), e.g. ".git".
 	Sub string
-	// Ignore, when set, names (base names) left out.
-	Ignore func(name string) bool
+	// Ignore, when set, reports the paths ('/'-separated, from the
+	// tree's root) left out.
+	Ignore func(p string) bool
 }
 
 // TarStats counts what a tar stream holds.
@@ -84,7 +85,7 @@ func WriteTar(w io.Writer, t Tree, o TarOptions) (TarStats, error) {
 			return err
 		}
 		for _, fi := range infos {
-			if o.Ignore != nil && o.Ignore(fi.Name()) {
+			if o.Ignore != nil && o.Ignore(path.Join(p, fi.Name())) {
 				continue
 			}
 			if err := walk(path.Join(p, fi.Name())); err != nil {

@@ -163,9 +163,10 @@ func InGit(p string) bool { return p == ".git" || strings.HasPrefix(p, ".git/") 
 
 // ExpandOptions tune Expand.
 type ExpandOptions struct {
-	// Ignore, when set, names (base names) left out of the subtrees
+	// Ignore, when set, reports the paths ('/'-separated, from the
+	// tree's root) left out of the subtrees
 	// Expand walks, as the diff left them out of its paths.
-	Ignore func(name string) bool
+	Ignore func(p string) bool
 	// Hash reads both sides of every file whose size and mtime agree,
 	// to tell a change of content from none, and records SHA256 of
 	// every file on both sides.
@@ -230,7 +231,7 @@ func Expand(base, head Tree, paths []string, o ExpandOptions) ([]Delta, error) {
 				return err
 			}
 			for _, fi := range infos {
-				if o.Ignore != nil && o.Ignore(fi.Name()) {
+				if o.Ignore != nil && o.Ignore(path.Join(p, fi.Name())) {
 					continue
 				}
 				kids = append(kids, path.Join(p, fi.Name()))
