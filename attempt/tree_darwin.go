@@ -63,10 +63,18 @@ func (t *tree) waitGone() {
 
 func (t *tree) cleanup() {}
 
+// holdOrphans does nothing on macOS, which has no child subreaper: what a
+// dead helper leaves outside the process group is re-parented to launchd,
+// out of the supervisor's reach.
+func holdOrphans() error { return nil }
+
 // killOrphans ends what a dead helper left of its tree, from the
-// supervisor: its process group.
-func killOrphans(in Info) {
+// supervisor: its process group. A process of the tree that left the group
+// (setsid) and outlived the helper is not found (macOS has no subreaper);
+// the caller fences the branch, so that it can no longer change it.
+func killOrphans(in Info) (int, error) {
 	if in.PGID > 0 {
 		unix.Kill(-in.PGID, syscall.SIGKILL)
 	}
+	return 0, nil
 }

@@ -276,3 +276,36 @@ func Run(t testing.TB, bin string, u User, args ...string) (code int, stdout, st
 	t.Logf("%s %s -> %d %s%s", filepath.Base(bin), strings.Join(args, " "), code, o.String(), e.String())
 	return code, o.String(), e.String()
 }
+
+// UnprivilegedUID is the uid PassesUnprivileged runs tests as: no account
+// needs to exist for it.
+const UnprivilegedUID = 54321
+
+// PassesUnprivileged runs fn as a user who is not root: directly when the
+// tests do not run as root, otherwise by running the test binary again as
+// UnprivilegedUID with -test.run=^test$, and checking that (sub)test want
+// passed there, neither failed nor skipped. fn is test's own body, so the
+// second run calls it directly.
+func PassesUnprivileged(t *testing.T, test, want string, fn func(*testing.T)) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		fn(t)
+		return
+	}
+	bin := filepath.Join(SharedTempDir(t, "bnfs-as"), filepath.Base(os.Args[0]))
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.v", "-test.count=1")
+	cmd.Dir = filepath.Dir(bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: UnprivilegedUID, Gid: UnprivilegedUID}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+want+" ") {
+		t.Fatalf("%s as uid %d: %v\n%s", test, UnprivilegedUID, err, out)
+	}
+	t.Logf("%s passed as uid %d", want, UnprivilegedUID)
+}
