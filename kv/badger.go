@@ -70,6 +70,10 @@ type BadgerOptions struct {
 	// trimmed (default 64 MiB; negative: trim regardless). See residency.
 	TrimEvery int64
 	TrimAbove int64
+	// CloseTimeout bounds Close (default 20s): past it, Close returns
+	// ErrCloseTimedOut and leaves Badger retrying its flush in the
+	// background until the process exits.
+	CloseTimeout time.Duration
 }
 
 // EnsureDefaults fills zero fields with defaults.
@@ -107,6 +111,9 @@ func (o *BadgerOptions) EnsureDefaults() {
 	}
 	if o.TrimAbove == 0 {
 		o.TrimAbove = 64 << 20
+	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = 20 * time.Second
 	}
 }
 
@@ -591,8 +598,28 @@ func (s *badgerStore) Close() error {
 	s.closeMu.Unlock()
 	s.snaps.close()
 	s.cancel()
-	s.wg.Wait()
-	err := mapErr(s.db.Close())
+	// Badger's Close flushes the memtables and retries a failed flush
+	// every second, forever: with the store directory gone or the disk
+	// full it never returns, and a server asked to stop would never exit.
+	// So Close waits for it at most CloseTimeout. Nothing acknowledged is
+	// lost then: a Sync made it durable in the write-ahead and value logs
+	// (the flush only moves it into tables), and the next open replays
+	// those logs.
+	done := make(chan error, 1)
+	go func() {
+		s.wg.Wait() // a GC round may wait for the flush too
+		done <- mapErr(s.db.Close())
+	}()
+	timer := time.NewTimer(s.opts.CloseTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-timer.C:
+		err = fmt.Errorf("%w: %s could not flush its memory tables within %v (is the disk full, or the directory gone?); what was synced is durable and the next open replays the rest of the logs",
+			ErrCloseTimedOut, s.dir, s.opts.CloseTimeout)
+		return err
+	}
 	s.vf.closeAll()
 	if s.logs != nil {
 		s.logs.close()
