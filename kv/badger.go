@@ -48,7 +48,7 @@ type BadgerOptions struct {
 	// SyncWrites makes every commit durable against power loss (slow).
 	SyncWrites bool
 	// Reserve is the free space kept on the store's filesystem (default
-	// DefaultReserve; negative disables the check). Writes that would eat
+	// DefaultReserve, at least MinReserve; negative disables the check). Writes that would eat
 	// into it fail with ErrNoSpace, because Badger writes through mmaps and
 	// a full disk would kill the process with SIGBUS. A store opened with
 	// less than half the reserve free opens read-only. See reserve.
@@ -227,6 +227,10 @@ func openBadger(dir string, opts BadgerOptions, statfs func(string) (statfsResul
 		bo = badger.DefaultOptions("").WithInMemory(true)
 	}
 	s := &badgerStore{opts: opts, dir: dir}
+	if floor := MinReserve(opts); !opts.InMemory && opts.Reserve > 0 && opts.Reserve < floor {
+		return nil, fmt.Errorf("kv: open %s: a reserve of %s is too small: a store keeps at least %s free (half of it holds the %d memory tables of %s that may wait for their flush when writes stop, and what gc needs to give space back on a full disk); use a reserve of at least %s, or 0 to turn the check off",
+			dir, FormatBytes(uint64(opts.Reserve)), FormatBytes(uint64(floor)), opts.NumMemtables, FormatBytes(uint64(opts.MemTableSize)), FormatBytes(uint64(floor)))
+	}
 	if !opts.InMemory && opts.Reserve > 0 {
 		s.res = reserve{dir: dir, size: uint64(opts.Reserve), statfs: statfs}
 		_, statErr := os.Stat(dir)

@@ -218,7 +218,7 @@ func TestReclaimSpaceOnFullDisk(t *testing.T) {
 	var avail atomic.Uint64
 	avail.Store(10 << 30)
 	const reserve = 8 << 20
-	opts := kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, Reserve: reserve}, 4<<20)
+	opts := kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, Reserve: reserve, MemTableSize: 1 << 20}, 4<<20)
 	s, err := kv.OpenBadgerWithStatfs(t.TempDir(), opts, func(string) (uint64, error) { return avail.Load(), nil })
 	if err != nil {
 		t.Fatal(err)

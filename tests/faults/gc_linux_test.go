@@ -14,11 +14,11 @@ import (
 // TestFullDiskGC: when a branch filled the disk, aborting it and running
 // `branchnfs gc` gives the space back, so that main accepts writes again
 // without anything else freed, with the server unprivileged throughout.
-// With a reserve smaller than a value log (32 MiB), the disk stays with
-// less free space than a whole log's rewrite may take: gc still gives the
-// logs of garbage back.
+// With the smallest reserve (32 MiB, kv.MinReserve), the disk stays with
+// less free space than a whole value log's rewrite may take (40 MiB): gc
+// still gives the logs of garbage back.
 func TestFullDiskGC(t *testing.T) {
-	for _, res := range []int64{reserve, 16 << 20} {
+	for _, res := range []int64{reserve, 32 << 20} {
 		t.Run(fmt.Sprintf("reserve=%dMiB", res>>20), func(t *testing.T) { testFullDiskGC(t, res) })
 	}
 }
