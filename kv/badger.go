@@ -157,6 +157,14 @@ type badgerStore struct {
 	// the syncer's and logs' mutexes.
 	closeMu sync.RWMutex
 	closed  bool
+	// updates counts the Updates under way (Added under closeMu's read
+	// lock while closed is false). Close waits for them before it closes
+	// Badger: a commit that passed Badger's own check for a closed
+	// database could still be sending on the write channel that Badger's
+	// Close closes (a data race, and a panic if the send comes second).
+	// They are not held under closeMu, since their fn may call the store
+	// again.
+	updates sync.WaitGroup
 
 	gcMu sync.Mutex // one ReclaimSpace at a time
 
@@ -371,6 +379,14 @@ func (s *badgerStore) Update(ctx context.Context, fn func(Txn) error) error {
 		// A read-only store still runs transactions that only read.
 		return mapErr(s.db.View(func(t *badger.Txn) error { return fn(&badgerTxn{t: t, rw: true, roErr: s.roErr}) }))
 	}
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	s.updates.Add(1)
+	s.closeMu.RUnlock()
+	defer s.updates.Done()
 	for attempt := 0; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -611,7 +627,8 @@ func (s *badgerStore) Close() error {
 	// those logs.
 	done := make(chan error, 1)
 	go func() {
-		s.wg.Wait() // a GC round may wait for the flush too
+		s.wg.Wait()      // a GC round may wait for the flush too
+		s.updates.Wait() // see updates
 		done <- mapErr(s.db.Close())
 	}()
 	timer := time.NewTimer(s.opts.CloseTimeout)
