@@ -102,7 +102,8 @@ var ErrStart = errors.New("attempt: cannot start the command")
 // ErrHelperDied is matched by Err of an attempt whose helper died before
 // the tree was gone (a process of the tree killed it, say). The supervisor
 // then killed what was left of the tree (on Linux every process of it,
-// since the supervisor is a child subreaper; on macOS its process group);
+// since the supervisor is a child subreaper; on macOS its process group
+// and session);
 // the tree's work is not to be trusted, and its branch should be fenced.
 var ErrHelperDied = errors.New("attempt: the helper died before the tree was gone")
 

@@ -34,7 +34,9 @@
 // such process from another session, and all below them, reaps them by pid
 // (never wait(-1), which would steal the statuses of its other children),
 // and only then closes Done, with Err matching ErrHelperDied. On macOS,
-// which has no subreaper, only the process group is killed then.
+// which has no subreaper, the process group and what is left of the
+// tree's session are killed then; a process that left the session too
+// runs on (its branch is fenced).
 //
 // # Ending a tree
 //
