@@ -99,6 +99,14 @@ func (s Status) Success() bool { return s.Signal == 0 && s.Code == 0 }
 // be started (not found, not executable, bad directory).
 var ErrStart = errors.New("attempt: cannot start the command")
 
+// ErrHelperDied is matched by Err of an attempt whose helper died before
+// the tree was gone (a process of the tree killed it, say). The supervisor
+// then killed what was left of the tree (on Linux every process of it,
+// since the supervisor is a child subreaper; on macOS its process group
+// and session);
+// the tree's work is not to be trusted, and its branch should be fenced.
+var ErrHelperDied = errors.New("attempt: the helper died before the tree was gone")
+
 // event is one line the helper writes to the supervisor.
 type event struct {
 	Event  string `json:"event"` // started, exited, gone, error
@@ -143,6 +151,8 @@ func Start(opts Options) (*Attempt, error) {
 	if err := opts.EnsureDefaults(); err != nil {
 		return nil, err
 	}
+	// Where it fails, killOrphans reports it, should a helper die.
+	holdOrphans()
 	cfg, err := json.Marshal(helperConfig{Argv: opts.Argv, Dir: opts.Dir, Score: opts.Score, NoCgroup: opts.NoCgroup, Grace: opts.Grace})
 	if err != nil {
 		return nil, err
@@ -269,16 +279,23 @@ func (a *Attempt) readEvents(r *os.File) {
 	if !gone {
 		// The helper died (killed by the tree itself, say) before it
 		// ended the tree: end what is left of it from here.
-		killOrphans(info)
-	}
-	a.mu.Lock()
-	if !gone && a.err == nil {
-		a.err = fmt.Errorf("attempt: the helper (pid %d) died before the tree was gone (%v); what was left of the tree was killed", a.helper.Process.Pid, werr)
-		if a.status == (Status{}) {
-			a.status = Status{Code: -1}
+		n, kerr := killOrphans(info)
+		a.mu.Lock()
+		if a.err == nil {
+			what := "what was left of the tree was killed"
+			if n > 0 {
+				what = fmt.Sprintf("what was left of the tree (%d processes) was killed", n)
+			}
+			if kerr != nil {
+				what = fmt.Sprintf("ending what was left of the tree failed: %v", kerr)
+			}
+			a.err = fmt.Errorf("%w: helper pid %d: %v; %s", ErrHelperDied, a.helper.Process.Pid, werr, what)
+			if a.status == (Status{}) {
+				a.status = Status{Code: -1}
+			}
 		}
+		a.mu.Unlock()
 	}
-	a.mu.Unlock()
 	if a.scoreCh != nil {
 		s := <-a.scoreCh
 		a.mu.Lock()

@@ -28,6 +28,16 @@
 // on. The helper ignores SIGINT, SIGQUIT and SIGHUP, so a Ctrl-C at the
 // terminal reaches the supervisor, which decides.
 //
+// The tree runs as the same user as its helper, and may kill it. On Linux
+// the supervisor is a child subreaper too (from its first Start), so what
+// a dead helper leaves is re-parented to the supervisor: it kills every
+// such process from another session, and all below them, reaps them by pid
+// (never wait(-1), which would steal the statuses of its other children),
+// and only then closes Done, with Err matching ErrHelperDied. On macOS,
+// which has no subreaper, the process group and what is left of the
+// tree's session are killed then; a process that left the session too
+// runs on (its branch is fenced).
+//
 // # Ending a tree
 //
 // End sends SIGTERM to every process of the tree, waits the grace period

@@ -1,6 +1,8 @@
 package attempt
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"sync/atomic"
 	"syscall"
@@ -63,10 +65,52 @@ func (t *tree) waitGone() {
 
 func (t *tree) cleanup() {}
 
+// holdOrphans does nothing on macOS, which has no child subreaper: what a
+// dead helper leaves outside the process group is re-parented to launchd,
+// out of the supervisor's reach.
+func holdOrphans() error { return nil }
+
 // killOrphans ends what a dead helper left of its tree, from the
-// supervisor: its process group.
-func killOrphans(in Info) {
+// supervisor: its process group, then every process still in the tree's
+// session (whose id is the leader's pid: the helper started it with
+// setsid), found by listing the processes, which catches those that made
+// a process group of their own (job control). A process of the tree that
+// left the session too (setsid) and outlived the helper is not found:
+// macOS has no subreaper, and such a process is re-parented to launchd.
+// The caller fences the branch, so that it can no longer change it.
+func killOrphans(in Info) (int, error) {
 	if in.PGID > 0 {
 		unix.Kill(-in.PGID, syscall.SIGKILL)
 	}
+	if in.PID <= 0 {
+		return 0, nil
+	}
+	self := os.Getpid()
+	seen := map[int]bool{}
+	for round := 0; round < 50; round++ {
+		ps, err := unix.SysctlKinfoProcSlice("kern.proc.all")
+		if err != nil {
+			return len(seen), fmt.Errorf("list processes: %w", err)
+		}
+		found := false
+		for _, p := range ps {
+			pid := int(p.Proc.P_pid)
+			if pid <= 1 || pid == self || p.Proc.P_stat == sZomb {
+				continue
+			}
+			if sid, err := unix.Getsid(pid); err == nil && sid == in.PID {
+				seen[pid], found = true, true
+				unix.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if !found {
+			return len(seen), nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return len(seen), fmt.Errorf("processes of session %d still run after SIGKILL", in.PID)
 }
+
+// sZomb is the state of a zombie process in kinfo_proc (SZOMB, xnu's
+// bsd/sys/proc.h).
+const sZomb = 5

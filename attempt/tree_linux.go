@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -222,13 +223,18 @@ func (t *tree) cleanup() {
 	}
 }
 
-// descendants lists the processes below pid, from /proc.
-func descendants(pid int) []int {
+// proc is one process as /proc shows it.
+type proc struct {
+	ppid, sid int
+}
+
+// procs reads every process's parent and session from /proc.
+func procs() map[int]proc {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	kids := map[int][]int{}
+	out := make(map[int]proc, len(ents))
 	for _, e := range ents {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -238,23 +244,34 @@ func descendants(pid int) []int {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		// pid (comm) state ppid pgrp session ...; comm may hold spaces and
+		// parentheses.
 		i := bytes.LastIndexByte(b, ')')
 		if i < 0 {
 			continue
 		}
 		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
+		if len(f) < 4 {
 			continue
 		}
-		ppid, err := strconv.Atoi(f[1])
-		if err != nil {
+		ppid, err1 := strconv.Atoi(f[1])
+		sid, err2 := strconv.Atoi(f[3])
+		if err1 != nil || err2 != nil {
 			continue
 		}
-		kids[ppid] = append(kids[ppid], p)
+		out[p] = proc{ppid: ppid, sid: sid}
+	}
+	return out
+}
+
+// below lists the processes below the roots in ps (not the roots).
+func below(ps map[int]proc, roots ...int) []int {
+	kids := map[int][]int{}
+	for p, in := range ps {
+		kids[in.ppid] = append(kids[in.ppid], p)
 	}
 	var out []int
-	queue := []int{pid}
+	queue := append([]int{}, roots...)
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
@@ -266,12 +283,42 @@ func descendants(pid int) []int {
 	return out
 }
 
+// descendants lists the processes below pid, from /proc.
+func descendants(pid int) []int { return below(procs(), pid) }
+
+// The supervisor is a child subreaper too (holdOrphans), so that what a
+// dead helper leaves is re-parented to the supervisor, not to init, and
+// stays within reach: a process of the tree can kill its helper (same
+// uid), and one that left the process group (setsid) would then be found
+// by nothing else.
+var (
+	subreaperOnce sync.Once
+	subreaperErr  error // read only after subreaperOnce
+)
+
+// holdOrphans makes this process (the supervisor) a child subreaper, once.
+func holdOrphans() error {
+	subreaperOnce.Do(func() {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			subreaperErr = fmt.Errorf("the supervisor cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER: %w): processes of an attempt that kills its helper and leaves its process group cannot be found", err)
+		}
+	})
+	return subreaperErr
+}
+
+// orphanDeadline bounds how long killOrphans goes on killing and reaping.
+const orphanDeadline = 10 * time.Second
+
 // killOrphans ends what a dead helper left of its tree, from the
-// supervisor: cgroup.kill and every process of the cgroup, then the process
-// group, and removes the cgroup once it is empty (waiting at most 5 s).
-// Processes that left both (only possible without a cgroup) are out of
-// reach once the subreaper is gone.
-func killOrphans(in Info) {
+// supervisor: cgroup.kill and every process of the cgroup, the process
+// group, and every process re-parented to the supervisor (a child
+// subreaper) from another session (the tree runs in sessions of its own;
+// the supervisor's own children stay in its session), with all their
+// descendants, until none is left; it reaps them, and removes the cgroup
+// once it is empty. It returns how many processes it found outside the
+// cgroup and the process group, and an error if some could not be ended
+// (within orphanDeadline) or could not be looked for.
+func killOrphans(in Info) (int, error) {
 	if in.Cgroup != "" {
 		os.WriteFile(filepath.Join(in.Cgroup, "cgroup.kill"), []byte("1"), 0)
 		if b, err := os.ReadFile(filepath.Join(in.Cgroup, "cgroup.procs")); err == nil {
@@ -285,12 +332,53 @@ func killOrphans(in Info) {
 	if in.PGID > 0 {
 		unix.Kill(-in.PGID, syscall.SIGKILL)
 	}
+	n, err := killAdopted()
 	if in.Cgroup != "" {
 		for i := 0; i < 500; i++ {
 			if err := os.Remove(in.Cgroup); err == nil || errors.Is(err, os.ErrNotExist) {
-				return
+				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	return n, err
+}
+
+// killAdopted kills and reaps the processes re-parented to this process
+// from other sessions, and all below them, until there is none left.
+func killAdopted() (int, error) {
+	if err := holdOrphans(); err != nil {
+		return 0, err
+	}
+	self := os.Getpid()
+	sid, err := unix.Getsid(0)
+	if err != nil {
+		return 0, fmt.Errorf("getsid: %w", err)
+	}
+	seen := map[int]bool{}
+	deadline := time.Now().Add(orphanDeadline)
+	for {
+		ps := procs()
+		var adopted []int
+		for p, in := range ps {
+			if in.ppid == self && in.sid != sid {
+				adopted = append(adopted, p)
+			}
+		}
+		if len(adopted) == 0 {
+			return len(seen), nil
+		}
+		for _, p := range append(below(ps, adopted...), adopted...) {
+			seen[p] = true
+			unix.Kill(p, syscall.SIGKILL)
+		}
+		for _, p := range adopted {
+			var ws unix.WaitStatus
+			unix.Wait4(p, &ws, unix.WNOHANG, nil) // our child, never one os/exec waits for
+		}
+		if time.Now().After(deadline) {
+			return len(seen), fmt.Errorf("%d processes left by the dead helper still run after %v of SIGKILL: %v", len(adopted), orphanDeadline, adopted)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -23,8 +23,8 @@ func TestStatFSReportsTheStoreDisk(t *testing.T) {
 			t.Logf("no /dev/shm (%v): only the temporary directory", err)
 		}
 	}
-	const reserve = 4 << 20
-	const slack = 64 << 20 // other processes write to the same disk
+	const reserve = 32 << 20 // kv.MinReserve with the default options
+	const slack = 64 << 20   // other processes write to the same disk
 	for name, dir := range dirs {
 		t.Run(name, func(t *testing.T) {
 			st, err := kv.OpenBadger(dir, kv.BadgerOptions{Reserve: reserve, GCInterval: -1})

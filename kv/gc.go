@@ -63,7 +63,8 @@ var (
 //     filler entry stays in the tables: a settled store holds only what
 //     its users wrote;
 //  3. rewrites value logs, one file per step, until none holds enough
-//     garbage (reclaimDiscardRatio). Each step keeps an iterator open until
+//     garbage (reclaimDiscardRatio, or more on a nearly full disk: see
+//     rewriteRatio). Each step keeps an iterator open until
 //     the moved values are synced, so Badger deletes the old file only once
 //     the rewrite is durable (see runValueLogGC).
 //
@@ -117,10 +118,14 @@ func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		if err := s.roomToRewrite(); err != nil {
+		ratio, err := s.rewriteRatio()
+		if err != nil {
+			if st.Rewrites > 0 {
+				break // it gave some back; the rest needs more room
+			}
 			return st, err
 		}
-		err := s.use(func() error { return s.runValueLogGC(reclaimDiscardRatio) })
+		err = s.use(func() error { return s.runValueLogGC(ratio) })
 		if errors.Is(err, badger.ErrNoRewrite) {
 			break
 		}
@@ -138,19 +143,47 @@ func (s *badgerStore) ReclaimSpace(ctx context.Context) (ReclaimStats, error) {
 	return st, err
 }
 
-// roomToRewrite refuses a value-log rewrite when the disk could not take
-// the moved values (at most a file's worth, plus their keys): Badger
-// writes them through a mapping, and a full disk would kill the process.
-func (s *badgerStore) roomToRewrite() error {
+// Rewrites on a nearly full disk.
+const (
+	// rewriteSlack is kept free beyond the moved values: their keys go to
+	// the memtable's log and, later, to a table.
+	rewriteSlack = 1 << 20
+	// maxRewriteRatio is the highest discard ratio asked of a rewrite: a
+	// file at least this much garbage moves at most 5 % of its size, and
+	// a file that is all garbage moves nothing and is deleted whole.
+	maxRewriteRatio = 0.95
+)
+
+// rewriteRatio returns the discard ratio for the next value-log rewrite.
+// Badger writes the moved values through a mapping, and a full disk would
+// kill the process, so a rewrite must never move more than the disk can
+// take. With room for a whole file's values (and a quarter more) that is
+// reclaimDiscardRatio. With less, the ratio rises so that the file Badger
+// picks (the one with the most garbage, and only if it holds at least
+// the ratio) moves at most what fits: on a full disk, whole files of
+// garbage are deleted first, which frees space without taking any, and the
+// ratio falls again as they go. Below the room that even a file of 5 %
+// live values needs, it refuses with ErrNoSpace.
+func (s *badgerStore) rewriteRatio() (float64, error) {
 	if s.res.size == 0 {
-		return nil
+		return reclaimDiscardRatio, nil
 	}
 	st, err := s.res.stat()
-	if err != nil || st.avail >= uint64(s.opts.ValueLogFileSize+s.opts.ValueLogFileSize/4) {
-		return nil
+	if err != nil {
+		return reclaimDiscardRatio, nil
 	}
-	return noSpacef("cannot give space back: the filesystem of %s has %s free, and rewriting a value log may take %s; free space on it, then run gc again",
-		s.dir, FormatBytes(st.avail), FormatBytes(uint64(s.opts.ValueLogFileSize)))
+	size := float64(s.opts.ValueLogFileSize)
+	room := float64(st.avail) - rewriteSlack
+	ratio := 1 - room/(1.25*size)
+	if ratio <= reclaimDiscardRatio {
+		return reclaimDiscardRatio, nil
+	}
+	if ratio <= maxRewriteRatio {
+		return ratio, nil
+	}
+	need := uint64(rewriteSlack + 1.25*(1-maxRewriteRatio)*size)
+	return 0, noSpacef("cannot give space back: the filesystem of %s has %s free, and rewriting even a value log that is nearly all garbage may take %s; free space on it, then run gc again",
+		s.dir, FormatBytes(st.avail), FormatBytes(need))
 }
 
 // rotateValueLog makes Badger start a new value log when the one it

@@ -208,26 +208,33 @@ func TestReclaimSpaceInsideReserve(t *testing.T) {
 	}
 }
 
-// TestReclaimSpaceRefusesRewriteOnFullDisk: with less free space than a
-// value-log rewrite may take, ReclaimSpace refuses it and says what to do,
-// rather than let Badger fill the disk through its mappings.
-func TestReclaimSpaceRefusesRewriteOnFullDisk(t *testing.T) {
+// TestReclaimSpaceOnFullDisk: with less free space than a rewrite of a
+// whole value log may take, ReclaimSpace still gives back the logs that are
+// (nearly) all garbage, since moving their few live values takes almost
+// nothing; with less free space than even that, it refuses and says how
+// much it needs, rather than let Badger fill the disk through its mappings.
+func TestReclaimSpaceOnFullDisk(t *testing.T) {
 	ctx := context.Background()
 	var avail atomic.Uint64
 	avail.Store(10 << 30)
-	opts := kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, Reserve: 8 << 20}, 4<<20)
+	const reserve = 8 << 20
+	opts := kv.WithValueLogFileSize(kv.BadgerOptions{GCInterval: -1, Reserve: reserve, MemTableSize: 1 << 20}, 4<<20)
 	s, err := kv.OpenBadgerWithStatfs(t.TempDir(), opts, func(string) (uint64, error) { return avail.Load(), nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for i := 0; i < 256; i++ { // 8 MiB: two value logs
+	const n = 512 // 16 MiB: four value logs
+	for i := 0; i < n; i++ {
 		if err := s.Update(ctx, func(tx kv.Txn) error { return tx.Set([]byte(fmt.Sprintf("v%05d", i)), gcValue(i)) }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	err = s.Update(ctx, func(tx kv.Txn) error {
-		for i := 0; i < 256; i++ {
+		for i := 0; i < n; i++ {
+			if i%64 == 0 {
+				continue // a few live values, to be moved
+			}
 			if err := tx.Delete([]byte(fmt.Sprintf("v%05d", i))); err != nil {
 				return err
 			}
@@ -237,11 +244,33 @@ func TestReclaimSpaceRefusesRewriteOnFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	avail.Store(9 << 19) // above half the reserve, below a value log and a quarter
+	// Inside the reserve (writes of new data are refused), above half of
+	// it, and below a value log and a quarter.
+	avail.Store(9 << 19)
+	kv.ExpireSpaceCache(s)
+	st, err := s.ReclaimSpace(ctx)
+	if err != nil {
+		t.Fatalf("ReclaimSpace with 4.5 MiB free: %v", err)
+	}
+	if st.Rewrites == 0 || st.DiskAfter > st.DiskBefore-8<<20 {
+		t.Fatalf("ReclaimSpace with 4.5 MiB free: %+v: the logs of garbage stayed", st)
+	}
+	err = s.View(ctx, func(tx kv.Txn) error {
+		for i := 0; i < n; i += 64 {
+			if v, err := tx.Get([]byte(fmt.Sprintf("v%05d", i))); err != nil || !bytes.Equal(v, gcValue(i)) {
+				return fmt.Errorf("live value %d after the rewrites: %v", i, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	avail.Store(1 << 20)
 	kv.ExpireSpaceCache(s)
 	_, err = s.ReclaimSpace(ctx)
-	if !errors.Is(err, kv.ErrNoSpace) || !strings.Contains(err.Error(), "rewriting a value log") {
-		t.Fatalf("ReclaimSpace with 4.5 MiB free: %v, want a refusal that says why", err)
+	if !errors.Is(err, kv.ErrNoSpace) || !strings.Contains(err.Error(), "free space on") {
+		t.Fatalf("ReclaimSpace with 1 MiB free: %v, want a refusal that says what to do", err)
 	}
 	avail.Store(10 << 30)
 	kv.ExpireSpaceCache(s)

@@ -48,7 +48,8 @@ type Store interface {
 	Limits() Limits
 	// Close flushes and closes the store. After Close every method
 	// returns ErrClosed (a Snapshot taken after it, from its reads);
-	// closing again returns nil.
+	// closing again returns nil. A store that cannot flush returns
+	// ErrCloseTimedOut after a bounded time rather than wait forever.
 	Close() error
 }
 
@@ -185,4 +186,11 @@ var (
 	// store cannot tell any more which transactions are durable, and every
 	// later Sync fails until it is opened again.
 	ErrSyncFailed = errors.New("kv: sync failed")
+	// ErrCloseTimedOut is returned by Close when the store could not
+	// finish closing in time: Badger retries a failed memtable flush
+	// forever (the store directory is gone, the disk stays full). What
+	// Sync acknowledged is durable (in the synced write-ahead and value
+	// logs, which the next open replays); the process should exit, since
+	// the store's files stay open until it does.
+	ErrCloseTimedOut = errors.New("kv: close timed out")
 )

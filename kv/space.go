@@ -11,6 +11,22 @@ import (
 // BadgerOptions.Reserve says otherwise.
 const DefaultReserve = 512 << 20
 
+// MinReserve is the smallest reserve a store with opts accepts: half of
+// the reserve (what small transactions and deletes may not use) must hold
+// the memtables that may be waiting for their flush when writes stop, and
+// the room a value-log rewrite of ReclaimSpace needs on a full disk (see
+// rewriteRatio). Unset memtables count as sized for a small reserve
+// (8 MiB each, as below a 64 MiB reserve): 32 MiB with the defaults.
+func MinReserve(opts BadgerOptions) int64 {
+	if opts.MemTableSize <= 0 {
+		opts.MemTableSize = 8 << 20
+	}
+	opts.EnsureDefaults()
+	mem := int64(opts.NumMemtables) * opts.MemTableSize
+	gc := rewriteSlack + int64(1.25*(1-maxRewriteRatio)*float64(opts.ValueLogFileSize))
+	return 2 * max(mem, gc)
+}
+
 // smallTxn: transactions that write at most this many bytes (deletes,
 // renames, branch aborts, new empty files) may still use the lower half of
 // the reserve, so that a user can free space through the store itself.

@@ -148,3 +148,36 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestReserveFloor: a reserve too small to hold the memtables waiting for
+// their flush and what gc needs on a full disk is refused, with the
+// smallest one that works.
+func TestReserveFloor(t *testing.T) {
+	if got := kv.MinReserve(kv.BadgerOptions{}); got != 32<<20 {
+		t.Fatalf("MinReserve of the defaults = %d, want 32 MiB", got)
+	}
+	for _, tc := range []struct {
+		reserve int64
+		ok      bool
+	}{
+		{16 << 20, false},
+		{32<<20 - 1, false},
+		{32 << 20, true},
+		{-1, true},
+	} {
+		s, err := kv.OpenBadger(t.TempDir(), kv.BadgerOptions{Reserve: tc.reserve, GCInterval: -1})
+		if tc.ok {
+			if err != nil {
+				t.Fatalf("reserve %d: %v", tc.reserve, err)
+			}
+			s.Close()
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "at least 32 MiB") {
+			if s != nil {
+				s.Close()
+			}
+			t.Fatalf("reserve %d: %v, want a refusal naming 32 MiB", tc.reserve, err)
+		}
+	}
+}

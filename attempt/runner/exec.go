@@ -85,10 +85,14 @@ func Exec(ctx context.Context, o Options, branch, onExit string, argv []string) 
 	}
 }
 
-// exited applies onExit to an attempt whose leader exited on its own.
+// exited applies onExit to an attempt whose leader exited on its own. An
+// attempt whose helper died was killed, and its branch is aborted whatever
+// onExit says: what it did is not to be trusted.
 func (o *Options) exited(ctx context.Context, r *running, onExit string) {
 	o.settle(ctx, r)
 	switch {
+	case r.rec.KilledBy != "":
+		o.abort(ctx, r)
 	case onExit == OnExitCommit && r.rec.ExitCode == 0 && r.rec.Signal == 0:
 		o.diff(ctx, r)
 		r.rec.fail(o.commit(ctx, r))

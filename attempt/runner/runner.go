@@ -176,6 +176,10 @@ const (
 	KilledByInterrupt = "interrupt"   // Ctrl-C, or the caller's context ended
 	KilledBySibling   = "sibling"     // a sibling won the race
 	KilledByBranch    = "branch_gone" // the branch was aborted or invalidated from elsewhere
+	// KilledByHelperDied: the helper holding the tree died (a process of
+	// the tree killed it, say); what was left of the tree was killed and the
+	// branch is fenced, whatever on-exit says.
+	KilledByHelperDied = "helper_died"
 )
 
 // What became of an attempt (Record.Outcome).
@@ -346,6 +350,9 @@ func (r *running) finish() {
 	r.rec.DurationMS = time.Since(r.start).Milliseconds()
 	if err := r.a.Err(); err != nil {
 		r.rec.fail(err)
+		if errors.Is(err, attempt.ErrHelperDied) && r.rec.KilledBy == "" {
+			r.rec.KilledBy = KilledByHelperDied
+		}
 	}
 	if r.logf != nil {
 		r.logf.Close()

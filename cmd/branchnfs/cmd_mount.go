@@ -47,11 +47,12 @@ func mountArgs(goos, host string, port int, export, dir string) ([]string, error
 	case "darwin", "macos":
 		// locallocks: no statd probe on port 111, working flock/fcntl locks.
 		// soft+nobrowse: no "server connections interrupted" dialog.
-		// noquota: no rquota lookups. rsize, wsize 1 MiB (the client's
+		// noquota: no rquota lookups. nosuid,nodev: XNU adds them to a
+		// user's mount, not to one made with sudo. rsize, wsize 1 MiB (the client's
 		// default is 32 KiB), readahead 16 blocks of that size. docs/macos.md
 		// explains each option.
 		return []string{"/sbin/mount_nfs", "-o",
-			"vers=3,tcp,port=" + p + ",mountport=" + p + ",locallocks,soft,intr,timeo=100,retrans=5,nobrowse,noquota,rsize=1048576,wsize=1048576,readahead=16",
+			"vers=3,tcp,port=" + p + ",mountport=" + p + ",locallocks,soft,intr,timeo=100,retrans=5,nobrowse,noquota,nosuid,nodev,rsize=1048576,wsize=1048576,readahead=16",
 			src, dir}, nil
 	case "linux":
 		return []string{"mount", "-t", "nfs", "-o",

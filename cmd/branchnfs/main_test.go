@@ -157,13 +157,13 @@ func TestMountPrint(t *testing.T) {
 		os, name, dir, want string
 	}{
 		{"darwin", "b1", "/Users/me/mnt/b1",
-			"/sbin/mount_nfs -o vers=3,tcp,port=23456,mountport=23456,locallocks,soft,intr,timeo=100,retrans=5,nobrowse,noquota,rsize=1048576,wsize=1048576,readahead=16 127.0.0.1:/b1 /Users/me/mnt/b1"},
+			"/sbin/mount_nfs -o vers=3,tcp,port=23456,mountport=23456,locallocks,soft,intr,timeo=100,retrans=5,nobrowse,noquota,nosuid,nodev,rsize=1048576,wsize=1048576,readahead=16 127.0.0.1:/b1 /Users/me/mnt/b1"},
 		{"linux", "b1", "/mnt/b1",
 			"mount -t nfs -o vers=3,proto=tcp,port=23456,mountport=23456,mountproto=tcp,nolock,noacl,nosuid,nodev,rsize=1048576,wsize=1048576,hard 127.0.0.1:/b1 /mnt/b1"},
 		{"linux", "/", "/mnt/all",
 			"mount -t nfs -o vers=3,proto=tcp,port=23456,mountport=23456,mountproto=tcp,nolock,noacl,nosuid,nodev,rsize=1048576,wsize=1048576,hard 127.0.0.1:/ /mnt/all"},
 		{"darwin", "main", "/Users/me/My Mounts/main",
-			"/sbin/mount_nfs -o vers=3,tcp,port=23456,mountport=23456,locallocks,soft,intr,timeo=100,retrans=5,nobrowse,noquota,rsize=1048576,wsize=1048576,readahead=16 127.0.0.1:/main '/Users/me/My Mounts/main'"},
+			"/sbin/mount_nfs -o vers=3,tcp,port=23456,mountport=23456,locallocks,soft,intr,timeo=100,retrans=5,nobrowse,noquota,nosuid,nodev,rsize=1048576,wsize=1048576,readahead=16 127.0.0.1:/main '/Users/me/My Mounts/main'"},
 	}
 	for _, tt := range tests {
 		code, out, _ := runCLI(t, "mount", tt.name, tt.dir, "--print", "--os", tt.os, "--store", store)

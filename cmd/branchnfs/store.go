@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/branchnfs/branchnfs/blobs"
@@ -73,7 +74,90 @@ func (o *globalOptions) storeDir() (string, error) {
 		}
 		dir = d
 	}
-	return filepath.Abs(dir)
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if err := checkStorePath(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// errUnsafeStore is matched by the error of a store directory that another
+// user could change.
+var errUnsafeStore = errors.New("unsafe store directory")
+
+// checkStorePath refuses a store directory that another user could change,
+// as ssh refuses such a ~/.ssh: whoever may rename entries in the store or
+// in a directory above it can put their own control.sock (and receive the
+// API token) or db/ in place of the store's. The store directory (if it
+// exists) and every directory above it must be owned by the user or root
+// and not writable by group or others; above the store, a directory with
+// the sticky bit (/tmp) is fine, since others cannot rename what they do
+// not own there. A symbolic link on the way must be owned by the user or
+// root, and the directories it leads to are checked too. When run as
+// root, directories of other users are accepted (root administers them);
+// the mode checks still apply.
+func checkStorePath(dir string) error {
+	uid := uint32(os.Geteuid())
+	fix := "move the store (--store or $BRANCHNFS_STORE) to a directory that only you and root can change"
+	// The deepest existing directory: a store that does not exist yet is
+	// created there, with mode 0700.
+	existing := dir
+	for {
+		if _, err := os.Lstat(existing); err == nil || filepath.Dir(existing) == existing {
+			break
+		}
+		existing = filepath.Dir(existing)
+	}
+	// Symbolic links on the way: their owner can point them elsewhere.
+	for p := existing; ; p = filepath.Dir(p) {
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			if o := fileOwner(fi); o != uid && o != 0 {
+				return fmt.Errorf("%w %s: the symbolic link %s on its path is owned by uid %d, who can point it elsewhere; %s", errUnsafeStore, dir, p, o, fix)
+			}
+		}
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	real, err := filepath.EvalSymlinks(existing)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", dir, err)
+	}
+	for p := real; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("store %s: %w", dir, err)
+		}
+		store := p == real && existing == dir
+		what := p
+		if !store {
+			what = p + ", above the store,"
+		}
+		if o := fileOwner(fi); o != uid && o != 0 && uid != 0 {
+			howto := fix
+			if store {
+				howto = fmt.Sprintf("run `chown %d %s` as root, or %s", uid, p, fix)
+			}
+			return fmt.Errorf("%w %s: %s is owned by uid %d, who could replace the store's control.sock or db/; %s", errUnsafeStore, dir, what, o, howto)
+		}
+		if perm := fi.Mode().Perm(); perm&0o022 != 0 && (store || fi.Mode()&os.ModeSticky == 0) {
+			return fmt.Errorf("%w %s: %s is writable by other users (mode %04o), who could replace the store's control.sock or db/; run `chmod go-w %s`, or %s", errUnsafeStore, dir, what, perm, p, fix)
+		}
+		if filepath.Dir(p) == p {
+			return nil
+		}
+	}
+}
+
+// fileOwner is the uid that owns fi.
+func fileOwner(fi os.FileInfo) uint32 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Uid
+	}
+	return 0
 }
 
 func storeExists(dir string) bool {

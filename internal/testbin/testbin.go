@@ -276,3 +276,21 @@ func Run(t testing.TB, bin string, u User, args ...string) (code int, stdout, st
 	t.Logf("%s %s -> %d %s%s", filepath.Base(bin), strings.Join(args, " "), code, o.String(), e.String())
 	return code, o.String(), e.String()
 }
+
+// PassesUnprivileged runs fn as a user who is not root: directly when the
+// tests do not run as root, otherwise by running the test binary again as
+// UnprivilegedUID with -test.run=^test$ (RunTestAs), and checking that
+// (sub)test want passed there, neither failed nor skipped. fn is test's own
+// body, so the second run calls it directly.
+func PassesUnprivileged(t *testing.T, test, want string, fn func(*testing.T)) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		fn(t)
+		return
+	}
+	out, err := RunTestAs(t, UnprivilegedUID, test)
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+want+" ") {
+		t.Fatalf("%s as uid %d: %v\n%s", test, UnprivilegedUID, err, out)
+	}
+	t.Logf("%s passed as uid %d", want, UnprivilegedUID)
+}
