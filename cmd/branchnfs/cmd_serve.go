@@ -140,6 +140,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	prevLogger := slog.Default()
 	slog.SetDefault(logger)
 	defer slog.SetDefault(prevLogger)
+	logger.Info("branchnfs starting", "version", versionInfo().String(), "pid", os.Getpid())
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// Badger's memtables and caches are most of the heap; a soft limit
 		// makes the collector run before garbage doubles it.
@@ -224,7 +225,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	addr := ln.Addr().(*net.TCPAddr)
 	started := time.Now()
 	status := control.Status{
-		Version: version, PID: os.Getpid(), Store: dir,
+		Version: versionInfo().Version, PID: os.Getpid(), Store: dir,
 		Listen: addr.String(), Port: addr.Port, Started: started.UTC(),
 		Ignore: s.mgr.Ignore(),
 	}
@@ -321,7 +322,7 @@ func writeServeInfo(dir string, si serveInfo) error {
 // branches.
 func printBanner(ctx context.Context, w io.Writer, mgr *branches.Manager, dir, sock string, addr *net.TCPAddr, took time.Duration) {
 	host := mountHost(addr.String())
-	fmt.Fprintf(w, "branchnfs %s serving %s on %s (ready in %s)\n", version, dir, addr, took.Round(time.Millisecond))
+	fmt.Fprintf(w, "branchnfs %s serving %s on %s (ready in %s)\n", versionInfo().Version, dir, addr, took.Round(time.Millisecond))
 	fmt.Fprintf(w, "control API: curl --unix-socket %s http://branchnfs/v1/status\n", shellQuote(sock))
 	goos := runtime.GOOS
 	mnt := func(export, name string) string {

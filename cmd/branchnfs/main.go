@@ -17,9 +17,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is the branchnfs version, reported by the status endpoint.
-const version = "0.1.0-dev"
-
 // Exit codes. They are part of the stable CLI contract (README.md).
 const (
 	exitOK          = 0
@@ -188,6 +185,7 @@ open the store directly when no server runs.`,
 		return &usageError{msg: err.Error()}
 	})
 	opts.AddFlags(root)
+	addVersionFlag(root)
 	root.AddCommand(
 		newInitCommand(opts),
 		newServeCommand(opts),
@@ -206,6 +204,7 @@ open the store directly when no server runs.`,
 		newExecCommand(opts),
 		newRaceCommand(opts),
 		newBestOfCommand(opts),
+		newVersionCommand(opts),
 	)
 	return root
 }
