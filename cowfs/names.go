@@ -86,7 +86,7 @@ func openFormat(ctx context.Context, store kv.Store) (legacy bool, err error) {
 				return fmt.Errorf("cowfs: store format record %x: %w", v, errCorrupt)
 			}
 			if f := binary.BigEndian.Uint64(v); f > storeFormat {
-				return fmt.Errorf("%w: store format %d is newer than this build's %d; use a newer branchnfs", ErrFormat, f, storeFormat)
+				return &FormatError{Store: f, Build: storeFormat}
 			}
 			legacy, stamp = false, false
 			return nil
