@@ -10,6 +10,7 @@ need=()
 command -v nfs-cp >/dev/null 2>&1 || need+=(libnfs-utils)
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 [ -x /usr/bin/python3 ] || need+=(python3) # the Python client's tests run it as a regular user
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd) # verifies the generated systemd --user unit
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"

@@ -279,6 +279,8 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		// a mount point left over from a crash is otherwise a mystery.
 		fmt.Fprintf(o.stdout, "existing mount from an earlier run (it reconnects to this server): %s\n", m)
 	}
+	// systemd (Type=notify): ready once the NFS port listens.
+	notifyService(logger, "READY=1\nSTATUS=serving NFS on "+addr.String())
 	unmount := func() {}
 	if o.Mount != "" {
 		var m string
@@ -290,6 +292,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	// of them fails; then close the other one too.
 	g.Go(func() error {
 		<-gctx.Done()
+		notifyService(logger, "STOPPING=1")
 		// Closing the API first ends its jobs (fence, kill), so that no
 		// attempt keeps the mount busy when it is unmounted.
 		ctl.Close()

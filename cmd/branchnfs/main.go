@@ -205,6 +205,7 @@ open the store directly when no server runs.`,
 		newRaceCommand(opts),
 		newBestOfCommand(opts),
 		newVersionCommand(opts),
+		newServiceCommand(opts),
 	)
 	return root
 }
