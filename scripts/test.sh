@@ -43,5 +43,18 @@ if [ ! -x "$tools/versitygw" ]; then
 fi
 export BRANCHNFS_VERSITYGW="$tools/versitygw"
 
+# goreleaser, pinned in tools/go.mod (a module of its own: its
+# dependencies would raise versions the server builds with), built once per
+# version like versitygw; `goreleaser check` validates .goreleaser.yaml.
+goreleaser_version=$(awk '$1 == "github.com/goreleaser/goreleaser/v2" {print $2}' tools/go.mod)
+goreleaser="$(go env GOCACHE)/../branchnfs-tools/goreleaser-$goreleaser_version/goreleaser"
+if [ ! -x "$goreleaser" ]; then
+	echo "test.sh: building goreleaser $goreleaser_version (once per machine, several minutes)"
+	mkdir -p "$(dirname "$goreleaser")"
+	(cd tools && GOFLAGS= go build -o "$goreleaser.tmp" github.com/goreleaser/goreleaser/v2)
+	mv "$goreleaser.tmp" "$goreleaser"
+fi
+"$goreleaser" check
+
 go vet ./...
 go test -count=1 -timeout 28m "$@" ./...

@@ -33,6 +33,28 @@ type serviceSpec struct {
 	Binary string   // absolute path of the branchnfs binary
 	Args   []string // after the binary: serve and its flags
 	LogDir string   // macOS: where stdout and stderr go
+	// Header is the comment the file starts with; "" says that service
+	// install wrote it.
+	Header string
+}
+
+func (s serviceSpec) header() string {
+	if s.Header != "" {
+		return s.Header
+	}
+	return `Written by "branchnfs service install"; run it again to change the flags.`
+}
+
+// packagedUnitSpec is the unit the Debian and RPM packages install in
+// /usr/lib/systemd/user (packaging/systemd/branchnfs.service): the default
+// store of whoever enables it. A unit written by service install, in the
+// user's own directory, takes precedence over it.
+var packagedUnitSpec = serviceSpec{
+	Binary: "/usr/bin/branchnfs",
+	Args:   []string{"serve"},
+	Header: "Installed by the branchnfs package; off until you enable it for yourself:\n" +
+		"#   systemctl --user enable --now branchnfs\n" +
+		"# (\"branchnfs service install\" writes your own unit with your flags instead).",
 }
 
 // serveArgs are the arguments of the service's `branchnfs serve`.
@@ -54,7 +76,7 @@ func serveArgs(store, listen, mount, from string) []string {
 // systemd it is ready once its NFS port listens (Type=notify, sdnotify.go).
 func systemdUnit(s serviceSpec) []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, `# Written by "branchnfs service install"; run it again to change the flags.
+	fmt.Fprintf(&b, `# %s
 [Unit]
 Description=branchnfs: copy-on-write branches of a workspace over NFSv3
 Documentation=https://github.com/branchnfs/branchnfs
@@ -73,7 +95,7 @@ SuccessExitStatus=130
 
 [Install]
 WantedBy=default.target
-`, systemdCommand(append([]string{s.Binary}, s.Args...)), serviceStopTimeoutSec)
+`, s.header(), systemdCommand(append([]string{s.Binary}, s.Args...)), serviceStopTimeoutSec)
 	return b.Bytes()
 }
 
@@ -147,7 +169,7 @@ func launchdPlist(s serviceSpec) []byte {
 	logPath := esc(filepath.Join(s.LogDir, serviceLogName))
 	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
-<!-- Written by "branchnfs service install"; run it again to change the flags. -->
+<!-- ` + strings.ReplaceAll(s.header(), "--", "- -") + ` -->
 <plist version="1.0">
 <dict>
 	<key>Label</key>

@@ -55,6 +55,27 @@ func TestServiceFilesGolden(t *testing.T) {
 	}
 }
 
+// TestPackagedUnit: the unit the packages carry is the generator's.
+func TestPackagedUnit(t *testing.T) {
+	path := filepath.Join("..", "..", "packaging", "systemd", serviceUnitName)
+	got := systemdUnit(packagedUnitSpec)
+	if *rewriteService {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs from the generated unit (go test -run TestPackagedUnit -service.rewrite updates it):\n%s", path, got)
+	}
+	if !bytes.Contains(got, []byte("ExecStart=/usr/bin/branchnfs serve\n")) {
+		t.Fatalf("the packaged unit does not run /usr/bin/branchnfs serve:\n%s", got)
+	}
+}
+
 func TestSystemdCommandQuoting(t *testing.T) {
 	for _, words := range [][]string{
 		{"/bin/branchnfs", "serve"},
