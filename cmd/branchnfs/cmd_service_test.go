@@ -223,3 +223,24 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 		t.Fatalf("systemd-analyze did not flag a bad Type: %q", out)
 	}
 }
+
+// runAs runs bin with args as the test user with env added, and returns
+// its exit code and output.
+func runAs(t *testing.T, bin string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	asUser().Apply(cmd)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	code := 0
+	if err := cmd.Run(); err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("%s: %v", strings.Join(args, " "), err)
+		}
+		code = ee.ExitCode()
+	}
+	t.Logf("branchnfs %s -> %d\n%s%s", strings.Join(args, " "), code, o.String(), e.String())
+	return code, o.String(), e.String()
+}

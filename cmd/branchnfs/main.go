@@ -206,6 +206,7 @@ open the store directly when no server runs.`,
 		newBestOfCommand(opts),
 		newVersionCommand(opts),
 		newServiceCommand(opts),
+		newDoctorCommand(opts),
 	)
 	return root
 }
