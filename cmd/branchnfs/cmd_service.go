@@ -384,11 +384,12 @@ a launchd agent (` + serviceLabel + `) on macOS.
              and mounts left behind by a stopped server (--json)
   logs       the server's log (-n lines, -f to follow)`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usagef("service needs a subcommand: install, uninstall, status or logs")
+			if len(args) > 0 {
+				return usagef("unknown service subcommand %q: want install, uninstall, status or logs", args[0])
 			}
-			return usagef("unknown service subcommand %q: want install, uninstall, status or logs", args[0])
+			return nil
 		},
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	install := &cobra.Command{
 		Use:   "install",

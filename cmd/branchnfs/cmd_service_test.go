@@ -76,6 +76,15 @@ func TestPackagedUnit(t *testing.T) {
 	}
 }
 
+func TestServiceUsage(t *testing.T) {
+	if code, _, stderr := runCLI(t, "service", "bogus"); code != exitUsage || !strings.Contains(stderr, "install, uninstall, status or logs") {
+		t.Fatalf("service bogus: %d %q", code, stderr)
+	}
+	if code, out, _ := runCLI(t, "service"); code != 0 || !strings.Contains(out, "install") {
+		t.Fatalf("service: %d %q", code, out)
+	}
+}
+
 func TestSystemdCommandQuoting(t *testing.T) {
 	for _, words := range [][]string{
 		{"/bin/branchnfs", "serve"},
