@@ -143,10 +143,15 @@ func doctor(ctx context.Context, o *doctorOptions) doctorReport {
 	add := func(c doctorCheck) { rep.Checks = append(rep.Checks, c) }
 	add(doctorCheck{Name: "version", Status: checkOK, Detail: "branchnfs " + rep.Version.String() + ", " + rep.Version.Go + " " + rep.Version.OS + "/" + rep.Version.Arch})
 
+	svc, svcArgs := o.checkService(ctx)
+	add(svc)
 	dir, err := o.storeDir()
 	if err != nil {
 		add(doctorCheck{Name: "store", Status: checkFail, Detail: err.Error(), Fix: "give the store with --store DIR or $BRANCHNFS_STORE"})
 		return finishDoctor(rep)
+	}
+	if s := flagValue(svcArgs, "--store"); s != "" && o.Store == "" && os.Getenv("BRANCHNFS_STORE") == "" {
+		dir = s // the installed service's store
 	}
 	rep.Store = dir
 
@@ -209,6 +214,35 @@ func printDoctor(w io.Writer, rep doctorReport) {
 		}
 	}
 	fmt.Fprintf(w, "%d ok, %d warn, %d fail, %d skip\n", n[checkOK], n[checkWarn], n[checkFail], n[checkSkip])
+}
+
+// checkService reports the installed service, and returns the serve
+// arguments it runs (nil when none is installed).
+func (o *doctorOptions) checkService(ctx context.Context) (doctorCheck, []string) {
+	c := doctorCheck{Name: "service"}
+	path := serviceFilePath(o.home)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		c.Status, c.Detail = checkOK, "not installed (branchnfs service install keeps the server running)"
+		return c, nil
+	}
+	args, err := serviceArgsOf(data)
+	if err != nil {
+		c.Status, c.Detail, c.Fix = checkFail, path+": "+err.Error(), "branchnfs service install (rewrites it)"
+		return c, nil
+	}
+	ms := queryService(ctx)
+	c.Detail = fmt.Sprintf("%s: %s", path, ms.State)
+	if ms.PID != 0 {
+		c.Detail += fmt.Sprintf(", pid %d", ms.PID)
+	}
+	if ms.Running {
+		c.Status = checkOK
+	} else {
+		c.Status = checkWarn
+		c.Fix = serviceStartHint + "; see why it stopped: branchnfs service logs"
+	}
+	return c, args
 }
 
 // checkStoreDir: the store directory must be the user's alone, as the

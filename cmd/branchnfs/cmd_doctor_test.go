@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -350,6 +351,25 @@ func TestDoctorAsUser(t *testing.T) {
 	if code != 0 || strings.Contains(out, doctorBranchPrefix) {
 		t.Fatalf("the scratch branch is left: %q", out)
 	}
+	// Without --store, doctor checks the installed service's store.
+	spec := serviceSpec{Binary: bin, Args: serveArgs(store, "", "", "")}
+	unit, unitText := filepath.Join(home, ".config", "systemd", "user", serviceUnitName), systemdUnit(spec)
+	if runtime.GOOS == "darwin" {
+		unit, unitText = filepath.Join(home, "Library", "LaunchAgents", serviceLabel+".plist"), launchdPlist(spec)
+	}
+	if err := os.MkdirAll(filepath.Dir(unit), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(unit, unitText, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runAs(t, bin, append(env, "BRANCHNFS_STORE=", "XDG_CONFIG_HOME="), "doctor", "--json")
+	rep = doctorReport{}
+	if json.Unmarshal([]byte(out), &rep) != nil || rep.Store != store || byName(rep)["service"].Status == "" || byName(rep)["fs-write"].Status != checkOK {
+		t.Fatalf("doctor with a service installed, without --store: %d %q", code, out)
+	}
+	os.Remove(unit)
+
 	code, text, _ := runAs(t, bin, env, "doctor", "--store", store)
 	if code != 0 || !strings.Contains(text, "[ok]   fs-large-file") || !strings.Contains(text, "0 fail") {
 		t.Fatalf("doctor text: %d %q", code, text)
