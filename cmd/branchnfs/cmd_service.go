@@ -356,12 +356,13 @@ type osServiceState struct {
 
 type serviceOptions struct {
 	*globalOptions
-	Listen string
-	Mount  string
-	From   string
-	JSON   bool
-	Lines  int
-	Follow bool
+	Listen      string
+	AllowRemote bool
+	Mount       string
+	From        string
+	JSON        bool
+	Lines       int
+	Follow      bool
 	// Binary: the branchnfs the service runs (default this one).
 	Binary string
 	// NoStart: write the file only (packaging, tests).
@@ -400,6 +401,7 @@ a launchd agent (` + serviceLabel + `) on macOS.
 		},
 	}
 	install.Flags().StringVar(&opts.Listen, "listen", "", "serve --listen (default "+defaultListen+")")
+	install.Flags().BoolVar(&opts.AllowRemote, "allow-remote", false, "serve --allow-remote: allow a --listen address other than loopback")
 	install.Flags().StringVar(&opts.Mount, "mount", "", "serve --mount")
 	install.Flags().StringVar(&opts.From, "from", "", "serve --from: import this directory when the store is created")
 	install.Flags().StringVar(&opts.Binary, "binary", "", "the branchnfs binary the service runs (default this one)")
@@ -478,7 +480,7 @@ func runServiceInstall(ctx context.Context, o *serviceOptions) error {
 		return err
 	}
 	if o.Listen != "" {
-		if err := checkListen(o.Listen, false, o.stderr); err != nil {
+		if err := checkListen(o.Listen, o.AllowRemote, o.stderr); err != nil {
 			return err
 		}
 	}
@@ -502,6 +504,9 @@ func runServiceInstall(ctx context.Context, o *serviceOptions) error {
 		return fmt.Errorf("cannot find your home directory (%v): set $HOME", err)
 	}
 	spec := serviceSpec{Binary: bin, Args: serveArgs(store, o.Listen, mount, from), LogDir: serviceLogDir(home)}
+	if o.AllowRemote {
+		spec.Args = append(spec.Args, "--allow-remote")
+	}
 	return serviceInstall(ctx, o, home, spec)
 }
 

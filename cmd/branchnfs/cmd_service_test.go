@@ -80,6 +80,9 @@ func TestServiceUsage(t *testing.T) {
 	if code, _, stderr := runCLI(t, "service", "bogus"); code != exitUsage || !strings.Contains(stderr, "install, uninstall, status or logs") {
 		t.Fatalf("service bogus: %d %q", code, stderr)
 	}
+	if code, _, stderr := runCLI(t, "service", "install", "--listen", "0.0.0.0:12049", "--no-start"); code != exitUsage || !strings.Contains(stderr, "--allow-remote") {
+		t.Fatalf("service install with a remote address: %d %q", code, stderr)
+	}
 	if code, out, _ := runCLI(t, "service"); code != 0 || !strings.Contains(out, "install") {
 		t.Fatalf("service: %d %q", code, out)
 	}
