@@ -216,3 +216,20 @@ func TestOpenFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestFormatMigrations: every format before the current one says how a
+// store of it is migrated, once.
+func TestFormatMigrations(t *testing.T) {
+	seen := map[uint64]bool{}
+	for _, m := range migrations {
+		if m.from < 1 || m.from >= storeFormat || seen[m.from] || m.how == "" {
+			t.Errorf("migration %+v: want one, described, per format 1 to %d", m, storeFormat-1)
+		}
+		seen[m.from] = true
+	}
+	for f := uint64(1); f < storeFormat; f++ {
+		if !seen[f] {
+			t.Errorf("format %d has no migration to %d", f, f+1)
+		}
+	}
+}
