@@ -2,6 +2,7 @@ package cowfs
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"syscall"
@@ -13,6 +14,20 @@ import (
 // ErrFormat is returned by Open for a store written in a format this
 // build does not know (by a newer branchnfs).
 var ErrFormat = errors.New("cowfs: unknown store format")
+
+// FormatError is the ErrFormat of a store whose format is newer than the
+// newest this build reads.
+type FormatError struct {
+	Store uint64 // the store's format
+	Build uint64 // the newest format this build reads
+}
+
+func (e *FormatError) Error() string {
+	return fmt.Sprintf("%v: store format %d is newer than this build's %d; use a newer branchnfs", ErrFormat, e.Store, e.Build)
+}
+
+// Is makes errors.Is(err, ErrFormat) hold.
+func (e *FormatError) Is(target error) bool { return target == ErrFormat }
 
 // pathErr builds the unwrapped *fs.PathError every call returns: go-nfs and
 // os.IsNotExist look at Err directly and do not unwrap %w chains.

@@ -69,6 +69,21 @@ const storeFormat = 3
 
 var formatKey = metaKey("format")
 
+// migration says how a store of format from reaches format from+1. Every
+// format before storeFormat has one (TestFormatMigrations): a new format
+// comes with its migration, and a frozen store of the format before it in
+// cmd/branchnfs/testdata.
+type migration struct {
+	from uint64
+	// how: when the store changes format, and why then.
+	how string
+}
+
+var migrations = []migration{
+	{1, "never: entries stay at the slots of their bytes, as moving one would also need its whiteouts in upper layers moved, and whiteouts do not record names; Open sets Options.LegacyNameSlots instead (probes both slots) and the store keeps format 1, so it gets no extents"},
+	{2, "lazily: the transaction that writes the store's first extent stamps format 3 (extentsFormat), so that a build predating extents refuses the store from then on"},
+}
+
 // openFormat checks the store's format and reports whether it predates
 // form-insensitive names (format 1): Open sets Options.LegacyNameSlots
 // then. A new store (no layer yet) is stamped with the current
@@ -86,7 +101,7 @@ func openFormat(ctx context.Context, store kv.Store) (legacy bool, err error) {
 				return fmt.Errorf("cowfs: store format record %x: %w", v, errCorrupt)
 			}
 			if f := binary.BigEndian.Uint64(v); f > storeFormat {
-				return fmt.Errorf("%w: store format %d is newer than this build's %d; use a newer branchnfs", ErrFormat, f, storeFormat)
+				return &FormatError{Store: f, Build: storeFormat}
 			}
 			legacy, stamp = false, false
 			return nil

@@ -195,7 +195,41 @@ func TestOpenFormat(t *testing.T) {
 	if err := newer.Update(ctx, func(tx kv.Txn) error { return tx.Set(formatKey, u64(nil, storeFormat+1)) }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(ctx, newer, Options{}); !errors.Is(err, ErrFormat) {
-		t.Fatalf("newer format: %v, want ErrFormat", err)
+	_, err := Open(ctx, newer, Options{})
+	var fe *FormatError
+	if !errors.Is(err, ErrFormat) || !errors.As(err, &fe) || fe.Store != storeFormat+1 || fe.Build != storeFormat {
+		t.Fatalf("newer format: %v, want a FormatError naming formats %d and %d", err, storeFormat+1, storeFormat)
+	}
+
+	// Every format this build knows opens as itself: 2 and 3 as current
+	// stores (2 becomes 3 with its first extent, extent_test.go).
+	for _, f := range []uint64{2, 3} {
+		st := open()
+		if _, err := newStore(st, Options{}).NewTree(ctx, 0o755, 0, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Update(ctx, func(tx kv.Txn) error { return tx.Set(formatKey, u64(nil, f)) }); err != nil {
+			t.Fatal(err)
+		}
+		if legacy, err := openFormat(ctx, st); err != nil || legacy {
+			t.Fatalf("format %d store: legacy=%v err=%v", f, legacy, err)
+		}
+	}
+}
+
+// TestFormatMigrations: every format before the current one says how a
+// store of it is migrated, once.
+func TestFormatMigrations(t *testing.T) {
+	seen := map[uint64]bool{}
+	for _, m := range migrations {
+		if m.from < 1 || m.from >= storeFormat || seen[m.from] || m.how == "" {
+			t.Errorf("migration %+v: want one, described, per format 1 to %d", m, storeFormat-1)
+		}
+		seen[m.from] = true
+	}
+	for f := uint64(1); f < storeFormat; f++ {
+		if !seen[f] {
+			t.Errorf("format %d has no migration to %d", f, f+1)
+		}
 	}
 }

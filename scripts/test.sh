@@ -12,6 +12,7 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 [ -x /usr/bin/python3 ] || need+=(python3) # the Python client's tests run it as a regular user
 command -v npm >/dev/null 2>&1 || need+=(npm) # installs the MCP inspector's CLI (tests/mcp)
 command -v git >/dev/null 2>&1 || need+=(git) # imports of worktrees, patches and apply are checked with the real git
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd) # verifies the generated systemd --user unit
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"
@@ -60,6 +61,18 @@ if [ ! -f "$inspector/node_modules/@modelcontextprotocol/inspector-cli/build/ind
 	fi
 fi
 export BRANCHNFS_MCP_INSPECTOR="$inspector/node_modules/@modelcontextprotocol/inspector-cli"
+# goreleaser, pinned in tools/go.mod (a module of its own: its
+# dependencies would raise versions the server builds with), built once per
+# version like versitygw; `goreleaser check` validates .goreleaser.yaml.
+goreleaser_version=$(awk '$1 == "github.com/goreleaser/goreleaser/v2" {print $2}' tools/go.mod)
+goreleaser="$(go env GOCACHE)/../branchnfs-tools/goreleaser-$goreleaser_version/goreleaser"
+if [ ! -x "$goreleaser" ]; then
+	echo "test.sh: building goreleaser $goreleaser_version (once per machine, several minutes)"
+	mkdir -p "$(dirname "$goreleaser")"
+	(cd tools && GOFLAGS= go build -o "$goreleaser.tmp" github.com/goreleaser/goreleaser/v2)
+	mv "$goreleaser.tmp" "$goreleaser"
+fi
+"$goreleaser" check
 
 go vet ./...
 go test -count=1 -timeout 28m "$@" ./...

@@ -140,6 +140,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	prevLogger := slog.Default()
 	slog.SetDefault(logger)
 	defer slog.SetDefault(prevLogger)
+	logger.Info("branchnfs starting", "version", versionInfo().String(), "pid", os.Getpid())
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// Badger's memtables and caches are most of the heap; a soft limit
 		// makes the collector run before garbage doubles it.
@@ -224,7 +225,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	addr := ln.Addr().(*net.TCPAddr)
 	started := time.Now()
 	status := control.Status{
-		Version: version, PID: os.Getpid(), Store: dir,
+		Version: versionInfo().Version, PID: os.Getpid(), Store: dir,
 		Listen: addr.String(), Port: addr.Port, Started: started.UTC(),
 		Ignore: s.mgr.Ignore(),
 	}
@@ -279,6 +280,8 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		// a mount point left over from a crash is otherwise a mystery.
 		fmt.Fprintf(o.stdout, "existing mount from an earlier run (it reconnects to this server): %s\n", m)
 	}
+	// systemd (Type=notify): ready once the NFS port listens.
+	notifyService(logger, "READY=1\nSTATUS=serving NFS on "+addr.String())
 	unmount := func() {}
 	if o.Mount != "" {
 		var m string
@@ -290,6 +293,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	// of them fails; then close the other one too.
 	g.Go(func() error {
 		<-gctx.Done()
+		notifyService(logger, "STOPPING=1")
 		// Closing the API first ends its jobs (fence, kill), so that no
 		// attempt keeps the mount busy when it is unmounted.
 		ctl.Close()
@@ -323,7 +327,7 @@ func writeServeInfo(dir string, si serveInfo) error {
 // --mount), where they are.
 func printBanner(ctx context.Context, w io.Writer, mgr *branches.Manager, dir, sock string, addr *net.TCPAddr, took time.Duration, mountDir string) {
 	host := mountHost(addr.String())
-	fmt.Fprintf(w, "branchnfs %s serving %s on %s (ready in %s)\n", version, dir, addr, took.Round(time.Millisecond))
+	fmt.Fprintf(w, "branchnfs %s serving %s on %s (ready in %s)\n", versionInfo().Version, dir, addr, took.Round(time.Millisecond))
 	fmt.Fprintf(w, "control API: curl --unix-socket %s -H \"Authorization: Bearer $(cat %s)\" http://branchnfs/v1/status\n",
 		shellQuote(sock), shellQuote(control.TokenPath(dir)))
 	goos := runtime.GOOS

@@ -49,9 +49,10 @@ type storeStatus struct {
 }
 
 type serverInfo struct {
-	PID    int    `json:"pid"`
-	Listen string `json:"listen"` // NFS address, host:port
-	Mount  string `json:"mount,omitempty"`
+	Version string `json:"version"` // of the server's binary
+	PID     int    `json:"pid"`
+	Listen  string `json:"listen"` // NFS address, host:port
+	Mount   string `json:"mount,omitempty"`
 }
 
 func runStatus(ctx context.Context, o *statusOptions) error {
@@ -67,7 +68,7 @@ func runStatus(ctx context.Context, o *statusOptions) error {
 		out := storeStatus{SpaceReport: rep}
 		if b.client != nil {
 			out.Store = b.status.Store
-			out.Server = &serverInfo{PID: b.status.PID, Listen: b.status.Listen, Mount: b.status.Mount}
+			out.Server = &serverInfo{Version: b.status.Version, PID: b.status.PID, Listen: b.status.Listen, Mount: b.status.Mount}
 		} else if out.Store, err = o.storeDir(); err == nil {
 			out.Store, _ = filepath.Abs(out.Store)
 		}
@@ -82,7 +83,7 @@ func runStatus(ctx context.Context, o *statusOptions) error {
 func printStatus(w io.Writer, s storeStatus) {
 	fmt.Fprintf(w, "store:        %s\n", s.Store)
 	if s.Server != nil {
-		fmt.Fprintf(w, "server:       pid %d serving NFS on %s", s.Server.PID, s.Server.Listen)
+		fmt.Fprintf(w, "server:       branchnfs %s, pid %d, serving NFS on %s", s.Server.Version, s.Server.PID, s.Server.Listen)
 		if s.Server.Mount != "" {
 			fmt.Fprintf(w, ", mounted on %s", s.Server.Mount)
 		}

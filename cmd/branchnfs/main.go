@@ -17,9 +17,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version is the branchnfs version, reported by the status endpoint.
-const version = "0.1.0-dev"
-
 // Exit codes. They are part of the stable CLI contract (README.md).
 const (
 	exitOK          = 0
@@ -194,6 +191,7 @@ open the store directly when no server runs.`,
 		return &usageError{msg: err.Error()}
 	})
 	opts.AddFlags(root)
+	addVersionFlag(root)
 	root.AddCommand(
 		newInitCommand(opts),
 		newImportCommand(opts),
@@ -216,6 +214,9 @@ open the store directly when no server runs.`,
 		newRaceCommand(opts),
 		newBestOfCommand(opts),
 		newMCPCommand(opts),
+		newVersionCommand(opts),
+		newServiceCommand(opts),
+		newDoctorCommand(opts),
 	)
 	return root
 }

@@ -321,7 +321,7 @@ func openStore(ctx context.Context, dir string, oo openOptions) (*openedStore, e
 		closeBlocks(blocks)
 		st.Close()
 		lk.unlock()
-		return nil, fmt.Errorf("open branches of %s: %w", dir, err)
+		return nil, openBranchesError(dir, err)
 	}
 	return &openedStore{dir: dir, kv: st, blocks: blocks, backend: be, mgr: mgr, lock: lk, coord: coord, leases: leases}, nil
 }

@@ -40,10 +40,10 @@ var layers = map[string]int{
 }
 
 // topPrefixes hold packages that sit above everything (benchmarks, test
-// harnesses, tools): they may import anything, and nothing imports them;
+// harnesses, tools, release packaging): they may import anything, and nothing imports them;
 // a package under one that layers ranks (a library of internal/) is
 // ranked instead.
-var topPrefixes = []string{"bench/", "tests/", "internal/"}
+var topPrefixes = []string{"bench/", "tests/", "internal/", "packaging/"}
 
 // onlyIn names third-party packages that only the listed packages of ours
 // may import: each storage engine stays behind its kv.Store.

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// readMountTable returns /proc/self/mountinfo.
+func readMountTable() (string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	return string(b), err
+}
+
+// diskFree returns the bytes an unprivileged user may still write on
+// dir's filesystem.
+func diskFree(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// congestionControl returns the host's default TCP congestion control.
+func congestionControl() (string, error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	return strings.TrimSpace(string(b)), err
+}
+
+// canMount reports whether doctor can mount with the kernel's client:
+// on Linux only root can, with mount.nfs installed.
+func canMount() bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	_, err := exec.LookPath("mount.nfs")
+	return err == nil
+}
+
+// unescapeMountDir undoes mountinfo's octal escapes.
+func unescapeMountDir(s string) string { return unescapeMount(s) }
