@@ -258,6 +258,17 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		logger.Warn("cannot record the listen address", "err", err)
 	}
 
+	// The banner is out before either server answers (the sockets already
+	// listen), so whoever waits for the API finds it printed.
+	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start), o.Mount)
+	if d := s.backend.describe(); d != "" {
+		fmt.Fprintln(o.stdout, d)
+	}
+	for _, m := range existingMounts(addr.Port) {
+		// Handles survive restarts, so such a mount carries on; say so, as
+		// a mount point left over from a crash is otherwise a mystery.
+		fmt.Fprintf(o.stdout, "existing mount from an earlier run (it reconnects to this server): %s\n", m)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := nfs.Serve(gctx, ln); err != nil && !errors.Is(err, nfsserver.ErrServerClosed) {
@@ -271,15 +282,6 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		}
 		return nil
 	})
-	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start), o.Mount)
-	if d := s.backend.describe(); d != "" {
-		fmt.Fprintln(o.stdout, d)
-	}
-	for _, m := range existingMounts(addr.Port) {
-		// Handles survive restarts, so such a mount carries on; say so, as
-		// a mount point left over from a crash is otherwise a mystery.
-		fmt.Fprintf(o.stdout, "existing mount from an earlier run (it reconnects to this server): %s\n", m)
-	}
 	// systemd (Type=notify): ready once the NFS port listens.
 	notifyService(logger, "READY=1\nSTATUS=serving NFS on "+addr.String())
 	unmount := func() {}
