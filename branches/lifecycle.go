@@ -71,7 +71,11 @@ func (m *Manager) forkOnce(ctx context.Context, parent, name string) (Info, erro
 		crec.Owner = m.opts.Server
 	}
 	var unfrozen bool // the parent's top holds writes of its owner
-	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+	uctx := ctx
+	if mayFreeze && z.newTop != 0 {
+		uctx = m.fenced(ctx, p) // it writes the parent's record
+	}
+	err = m.cow.Update(uctx, func(tx *cowfs.Txn) error {
 		if !mayFreeze {
 			if err := checkRecord(tx.KV(), p.rec); err != nil {
 				return err
@@ -409,6 +413,10 @@ func (m *Manager) commitOnce(ctx context.Context, name string) (CommitResult, er
 	if !m.owns(p) {
 		return CommitResult{}, m.notOwner(ctx, p, "commit into")
 	}
+	// Every transaction of the commit applies only while this server
+	// owns both branches (kv.Fence); what follows the commit needs not.
+	plain := ctx
+	ctx = m.fenced(ctx, c, p)
 	res := CommitResult{Branch: name, Parent: p.rec.Name}
 	cfs, pfs := c.fs, p.fs
 	cfs.Lock()
@@ -507,6 +515,7 @@ func (m *Manager) commitOnce(ctx context.Context, name string) (CommitResult, er
 	}
 	m.mu.Unlock()
 	sort.Strings(res.Invalidated)
+	ctx = plain
 	if m.owning() {
 		m.release(ctx, crec.ID)
 	}
@@ -788,7 +797,7 @@ func (m *Manager) checkpointOnce(ctx context.Context, name, label string) (Check
 	}
 	cp := checkpointRec{Layer: z.frozen[0], Time: time.Now().UTC()}
 	rec := z.record(b.rec)
-	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+	err = m.cow.Update(m.fenced(ctx, b), func(tx *cowfs.Txn) error {
 		if err := z.put(tx, rec); err != nil {
 			return err
 		}
@@ -860,7 +869,7 @@ func (m *Manager) restoreOnce(ctx context.Context, name, label string) error {
 	defer bfs.Unlock()
 	rec := b.rec
 	rec.Top = top
-	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+	err = m.cow.Update(m.fenced(ctx, b), func(tx *cowfs.Txn) error {
 		if err := checkRecord(tx.KV(), b.rec); err != nil {
 			return err
 		}

@@ -33,6 +33,9 @@ func toErrno(err error) syscall.Errno {
 		return syscall.EFBIG
 	case errors.Is(err, kv.ErrClosed):
 		return syscall.ESTALE
+	case errors.Is(err, kv.ErrFenced):
+		// Another server owns the branch now (kv.Fence).
+		return syscall.EROFS
 	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, kv.ErrUnknownOutcome), errors.Is(err, blobs.ErrUnavailable):
 		// The store or the blob store does not answer for now: the
 		// same call may succeed later (NFS3ERR_JUKEBOX).

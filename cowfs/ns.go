@@ -751,7 +751,7 @@ func dataDeletesInTxn(lim kv.Limits, depth int) int {
 // purge (purgeLeft) once tx committed: nothing reads them then, since n's
 // record is gone from the top layer.
 func (f *View) deleteInode(tx kv.Txn, st state, n *inode, left *[]leftData) error {
-	limit := dataDeletesInTxn(f.store.Limits(), len(st.stack))
+	limit := dataDeletesInTxn(f.s.limits(), len(st.stack))
 	if more, err := f.dropOwnData(tx, st, n.Ino, 0, limit); err != nil {
 		return err
 	} else if more {
