@@ -203,8 +203,17 @@ func (m *Manager) claim(ctx context.Context, id BranchID) (ok bool, holder owner
 	}
 	v, _ := json.Marshal(ownerRec{Server: m.opts.Server, Lease: l.ID()})
 	ok, h, err := l.Claim(ctx, ownerKey(id), v)
-	if err != nil || ok {
-		return ok, holder, err
+	if err != nil {
+		name := fmt.Sprintf("id %d", id)
+		m.mu.RLock()
+		if b := m.byID[id]; b != nil {
+			name = fmt.Sprintf("%q", b.rec.Name)
+		}
+		m.mu.RUnlock()
+		return false, holder, fmt.Errorf("branches: claiming branch %s for this server: %w", name, err)
+	}
+	if ok {
+		return ok, holder, nil
 	}
 	json.Unmarshal(h, &holder)
 	return false, holder, nil

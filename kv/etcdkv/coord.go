@@ -38,6 +38,9 @@ func OpenCoord(cfg clientv3.Config, opts Options) (*Coord, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = opts.RequestTimeout
 	}
+	if cfg.Logger == nil && cfg.LogConfig == nil {
+		cfg.Logger = clientLogger(opts.Logger)
+	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdkv: connect to %v: %w", cfg.Endpoints, err)
@@ -152,7 +155,7 @@ func (l *Lease) Claim(ctx context.Context, key, value []byte) (ok bool, holder [
 		Else(clientv3.OpGet(k)).
 		Commit()
 	if err != nil {
-		return false, nil, l.mapErr("claiming "+k, err)
+		return false, nil, l.mapErr("claiming key "+KeyName(key), err)
 	}
 	if resp.Succeeded {
 		return true, nil, nil
@@ -170,7 +173,7 @@ func (l *Lease) Claim(ctx context.Context, key, value []byte) (ok bool, holder [
 		Then(clientv3.OpPut(k, string(value), clientv3.WithLease(l.id))).
 		Commit()
 	if err != nil {
-		return false, nil, l.mapErr("claiming "+k, err)
+		return false, nil, l.mapErr("claiming key "+KeyName(key), err)
 	}
 	if !resp.Succeeded {
 		return l.Claim(ctx, key, value)
@@ -188,7 +191,7 @@ func (l *Lease) Release(ctx context.Context, key []byte) (bool, error) {
 		Then(clientv3.OpDelete(k)).
 		Commit()
 	if err != nil {
-		return false, l.mapErr("releasing "+k, err)
+		return false, l.mapErr("releasing key "+KeyName(key), err)
 	}
 	return resp.Succeeded, nil
 }
@@ -223,6 +226,21 @@ func (l *Lease) mapErr(what string, err error) error {
 		return fmt.Errorf("etcdkv: %s: no answer (%w): it may or may not have been applied", what, err)
 	}
 	return fmt.Errorf("etcdkv: %s: %w", what, err)
+}
+
+// KeyName renders a key for messages: its leading printable bytes (a
+// key's kind, such as 'O' for a branch owner), then the rest in hex, as
+// O+0000000000000007; a key of printable bytes only is itself. Raw keys
+// hold binary ids, which would put control bytes into logs.
+func KeyName(key []byte) string {
+	i := 0
+	for i < len(key) && key[i] >= 0x21 && key[i] < 0x7f {
+		i++
+	}
+	if i == len(key) {
+		return string(key)
+	}
+	return fmt.Sprintf("%s+%x", key[:i], key[i:])
 }
 
 // Event is one change of a watched key (Key without Options.Prefix).

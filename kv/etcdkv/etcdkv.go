@@ -114,6 +114,9 @@ func Open(cfg clientv3.Config, opts Options) (kv.Store, error) {
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = opts.RequestTimeout
 	}
+	if cfg.Logger == nil && cfg.LogConfig == nil {
+		cfg.Logger = clientLogger(opts.Logger)
+	}
 	// A commit may be as large as the server allows, plus framing.
 	if cfg.MaxCallSendMsgSize == 0 {
 		cfg.MaxCallSendMsgSize = opts.MaxRequestBytes + 64<<10

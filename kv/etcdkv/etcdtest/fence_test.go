@@ -98,3 +98,26 @@ func TestFence(t *testing.T) {
 		t.Fatalf("data: %q", got)
 	}
 }
+
+// TestClaimErrorNamesKey: a claim the cluster cannot answer (two of its
+// three members are down) fails with an error that renders the key
+// (O+<hex id>), without its raw bytes.
+func TestClaimErrorNamesKey(t *testing.T) {
+	ctx := context.Background()
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	co := c.NewCoord(t, etcdkv.Options{Prefix: "/claimerr/", RequestTimeout: time.Second})
+	l, err := co.Grant(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(0)
+	c.Stop(1)
+	defer c.Restart(t)
+	_, _, err = l.Claim(ctx, []byte("O\x00\x00\x00\x00\x00\x00\x00\x07"), []byte("v"))
+	if err == nil {
+		t.Fatal("a claim without quorum succeeded")
+	}
+	if msg := err.Error(); strings.ContainsAny(msg, "\x00\x07") || !strings.Contains(msg, "O+0000000000000007") {
+		t.Fatalf("the claim's error shows the raw key, or not the key at all: %q", msg)
+	}
+}
