@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/cowfs"
 	"github.com/branchnfs/branchnfs/kv/etcdkv"
 	"github.com/branchnfs/branchnfs/kv/etcdkv/etcdtest"
 )
@@ -120,6 +121,32 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 	stalled.Close()
 	if err := tryWrite(a, "x", "f", "A after"); !errors.Is(err, syscall.EROFS) {
 		t.Fatalf("a new write by the paused owner after the takeover: %v, want EROFS", err)
+	}
+	// Every other change of the paused owner's, through the view it
+	// still believes writable.
+	f, err := av.Lookup(cowfs.RootIno, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode, size := uint32(0o600), uint64(1)
+	changes := map[string]func() error{
+		"write":    func() error { _, err := av.WriteAt(f.Ino, []byte("A"), 0); return err },
+		"truncate": func() error { _, err := av.SetAttr(f.Ino, cowfs.SetAttr{Size: &size}); return err },
+		"chmod":    func() error { _, err := av.SetAttr(f.Ino, cowfs.SetAttr{Mode: &mode}); return err },
+		"create": func() error {
+			_, err := av.Create(cowfs.RootIno, "new", cowfs.CreateGuarded, cowfs.NewAttr{Mode: 0o644}, 0)
+			return err
+		},
+		"mkdir":   func() error { _, err := av.Mkdir(cowfs.RootIno, "d", cowfs.NewAttr{Mode: 0o755}); return err },
+		"symlink": func() error { _, err := av.Symlink(cowfs.RootIno, "l", "f", cowfs.NewAttr{}); return err },
+		"link":    func() error { _, err := av.Link(f.Ino, cowfs.RootIno, "hard"); return err },
+		"rename":  func() error { return av.Rename(cowfs.RootIno, "f", cowfs.RootIno, "moved") },
+		"remove":  func() error { return av.Unlink(cowfs.RootIno, "f") },
+	}
+	for what, change := range changes {
+		if err := change(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s by the paused owner after the takeover: %v, want EROFS", what, err)
+		}
 	}
 	if _, err := a.Checkpoint(ctx, "x", "late"); !errors.Is(err, branches.ErrNotOwner) {
 		t.Fatalf("a checkpoint by the paused owner: %v, want not the owner", err)
