@@ -123,3 +123,60 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 
 // nfs3ErrJukebox is NFS3ERR_JUKEBOX, which go-nfs-client does not name.
 const nfs3ErrJukebox = 10008
+
+// TestQuorumBackNoROFS: a server's etcd cluster loses two of its three
+// members for longer than the server's lease (2 s), then gets them back.
+// WRITEs to the server's own branch meanwhile and right after answer
+// NFS3ERR_JUKEBOX (clients retry it) or NFS3_OK, never NFS3ERR_ROFS
+// (which clients take as final), while the server gets a new lease and
+// claims the branch again; then they succeed, and the file holds the
+// last one.
+func TestQuorumBackNoROFS(t *testing.T) {
+	ms := startServersTTL(t, 1, "/quorum/", "2s")
+	a := ms.stores[0]
+	ca := dial(t, ms.srvs[0].port)
+	mustCLI(t, a, "fork", "main", "q")
+	aq, _ := ca.mount(t, "/q")
+	fh := writeFile(t, aq, "f", []byte("before"))
+	write := func(i int) uint32 {
+		stat, err := testbin.WriteFH(ca.c, auth, fh, 0, []byte(fmt.Sprintf("write %04d", i)), testbin.FileSync)
+		if err != nil {
+			t.Fatalf("WRITE %d: %v", i, err)
+		}
+		if stat != nfs.NFS3Ok && stat != nfs3ErrJukebox {
+			t.Fatalf("WRITE %d to the server's own branch around an etcd quorum loss: status %d, want NFS3_OK or NFS3ERR_JUKEBOX", i, stat)
+		}
+		return stat
+	}
+	ms.so.cluster.Stop(0)
+	ms.so.cluster.Stop(1)
+	i := 0
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); i++ {
+		write(i)
+		time.Sleep(100 * time.Millisecond)
+	}
+	ms.so.cluster.Restart(t)
+	var jukebox int
+	for ; ; i++ {
+		if write(i) == nfs.NFS3Ok {
+			break
+		}
+		jukebox++
+		if jukebox == 600 {
+			t.Fatal("WRITEs still answer JUKEBOX 60 s after the members came back")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// A few more right after: the claim again must not flip them to ROFS.
+	for range 20 {
+		i++
+		for write(i) != nfs.NFS3Ok {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	got, err := ca.readFH(fh)
+	if err != nil || string(got) != fmt.Sprintf("write %04d", i) {
+		t.Fatalf("f after the outage: %q, %v; want the last WRITE's bytes", got, err)
+	}
+	t.Logf("%d WRITEs; %d answered JUKEBOX after the members came back", i+1, jukebox)
+}
