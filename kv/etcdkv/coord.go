@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -91,13 +93,15 @@ func (c *Coord) Grant(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	resp, err := c.s.cli.Grant(rctx, secs)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("etcdkv: granting a lease: %w", c.s.mapErr(err, 0))
+		// No lease was granted, or one nobody holds, which expires: a
+		// cluster that does not answer is unavailable, not broken.
+		return nil, fmt.Errorf("etcdkv: granting a lease: %w", c.s.mapReadErr(ctx, err, 0))
 	}
 	kctx, kcancel := context.WithCancel(context.Background())
 	ch, err := c.s.cli.KeepAlive(kctx, resp.ID)
 	if err != nil {
 		kcancel()
-		return nil, fmt.Errorf("etcdkv: keeping lease %x alive: %w", resp.ID, c.s.mapErr(err, 0))
+		return nil, fmt.Errorf("etcdkv: keeping lease %x alive: %w", resp.ID, c.s.mapReadErr(ctx, err, 0))
 	}
 	l := &Lease{c: c, id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, cancel: kcancel, done: make(chan struct{})}
 	go func() {
@@ -210,7 +214,7 @@ func (c *Coord) Revoke(ctx context.Context, id int64) error {
 	defer cancel()
 	_, err := c.s.cli.Revoke(rctx, clientv3.LeaseID(id))
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("etcdkv: revoking lease %x: %w", id, c.s.mapErr(err, 0))
+		return fmt.Errorf("etcdkv: revoking lease %x: %w", id, c.s.mapReadErr(ctx, err, 0))
 	}
 	return nil
 }
@@ -220,10 +224,10 @@ func (l *Lease) mapErr(what string, err error) error {
 		return fmt.Errorf("%w: %s: lease %x is gone", ErrLeaseLost, what, int64(l.id))
 	}
 	err = l.c.s.mapErr(err, 0)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded {
 		// Like a commit of unknown outcome: the key may or may not be
 		// set; read it (or Claim again) before relying on either.
-		return fmt.Errorf("etcdkv: %s: no answer (%w): it may or may not have been applied", what, err)
+		return fmt.Errorf("etcdkv: %s: no answer (%w): it may or may not have been applied", what, errors.Join(kv.ErrUnknownOutcome, err))
 	}
 	return fmt.Errorf("etcdkv: %s: %w", what, err)
 }

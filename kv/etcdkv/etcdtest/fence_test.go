@@ -120,4 +120,17 @@ func TestClaimErrorNamesKey(t *testing.T) {
 	if msg := err.Error(); strings.ContainsAny(msg, "\x00\x07") || !strings.Contains(msg, "O+0000000000000007") {
 		t.Fatalf("the claim's error shows the raw key, or not the key at all: %q", msg)
 	}
+	if !errors.Is(err, kv.ErrUnavailable) && !errors.Is(err, kv.ErrUnknownOutcome) {
+		t.Fatalf("a claim without quorum: %v, want kv.ErrUnavailable or kv.ErrUnknownOutcome (NFS3ERR_JUKEBOX)", err)
+	}
+	// With no member at all, granting a lease (what a server's first
+	// leased write does) is unavailable too, not an unknown error (EIO).
+	c.Stop(2)
+	if _, err := co.Grant(ctx, 10*time.Second); !errors.Is(err, kv.ErrUnavailable) {
+		t.Fatalf("a grant with every member down: %v, want kv.ErrUnavailable", err)
+	}
+	_, _, err = co.ServerLease(0).CommitLeased(ctx, nil, []kv.Op{{Key: []byte("k"), Value: []byte("v"), Leased: true}})
+	if !errors.Is(err, kv.ErrUnavailable) {
+		t.Fatalf("a first leased transaction with every member down: %v, want kv.ErrUnavailable", err)
+	}
 }
