@@ -154,6 +154,9 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 	if _, err := a.Commit(ctx, "y"); !errors.Is(err, branches.ErrNotOwner) {
 		t.Fatalf("a commit into x by the paused owner: %v, want not the owner", err)
 	}
+	if _, err := a.Abort(ctx, "x"); !errors.Is(err, branches.ErrNotOwner) {
+		t.Fatalf("an abort of x by the paused owner: %v, want not the owner", err)
+	}
 	if got := read(t, b, "x", "f"); got != "B, acknowledged" {
 		t.Fatalf("x/f on b after the paused owner resumed: %q, want B's acknowledged write", got)
 	}

@@ -706,6 +706,9 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 	// with some of its descendants aborted, a state an abort can reach
 	// again.
 	slices.Reverse(victims)
+	// Its transactions apply only while this server owns the branch (a
+	// server paused past its lease aborts nothing another took over).
+	fctx := m.fenced(ctx, b)
 	var res AbortResult
 	lim := m.cow.KV().Limits()
 	for len(victims) > 0 {
@@ -725,7 +728,7 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 			recs[i] = v.rec
 			recs[i].State = StateAborted
 		}
-		err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
+		err := m.cow.KV().Update(fctx, func(tx kv.Txn) error {
 			for i, r := range recs {
 				// Another server's change since is not overwritten.
 				if err := checkStored(tx, batch[i].rec); err != nil {
