@@ -72,7 +72,11 @@ func (m *Manager) forkOnce(ctx context.Context, parent, name string) (Info, erro
 		crec.Owner = m.opts.Server
 	}
 	var unfrozen bool // the parent's top holds writes of its owner
-	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+	uctx := ctx
+	if mayFreeze && z.newTop != 0 {
+		uctx = m.fenced(ctx, p) // it writes the parent's record
+	}
+	err = m.cow.Update(uctx, func(tx *cowfs.Txn) error {
 		if !mayFreeze {
 			if err := checkRecord(tx.KV(), p.rec); err != nil {
 				return err
@@ -425,6 +429,10 @@ func (m *Manager) commitOnce(ctx context.Context, name string, o CommitOptions) 
 	if !m.owns(p) {
 		return CommitResult{}, m.notOwner(ctx, p, "commit into")
 	}
+	// Every transaction of the commit applies only while this server
+	// owns both branches (kv.Fence); what follows the commit needs not.
+	plain := ctx
+	ctx = m.fenced(ctx, c, p)
 	res := CommitResult{Branch: name, Parent: p.rec.Name}
 	cfs, pfs := c.fs, p.fs
 	cfs.Lock()
@@ -525,6 +533,7 @@ func (m *Manager) commitOnce(ctx context.Context, name string, o CommitOptions) 
 	}
 	m.mu.Unlock()
 	sort.Strings(res.Invalidated)
+	ctx = plain
 	if m.owning() {
 		m.release(ctx, crec.ID)
 	}
@@ -715,6 +724,9 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 	// with some of its descendants aborted, a state an abort can reach
 	// again.
 	slices.Reverse(victims)
+	// Its transactions apply only while this server owns the branch (a
+	// server paused past its lease aborts nothing another took over).
+	fctx := m.fenced(ctx, b)
 	var res AbortResult
 	lim := m.cow.KV().Limits()
 	for len(victims) > 0 {
@@ -734,7 +746,7 @@ func (m *Manager) abortLocked(ctx context.Context, name string) (AbortResult, er
 			recs[i] = v.rec
 			recs[i].State = StateAborted
 		}
-		err := m.cow.KV().Update(ctx, func(tx kv.Txn) error {
+		err := m.cow.KV().Update(fctx, func(tx kv.Txn) error {
 			for i, r := range recs {
 				// Another server's change since is not overwritten.
 				if err := checkStored(tx, batch[i].rec); err != nil {
@@ -806,7 +818,7 @@ func (m *Manager) checkpointOnce(ctx context.Context, name, label string) (Check
 	}
 	cp := checkpointRec{Layer: z.frozen[0], Time: time.Now().UTC()}
 	rec := z.record(b.rec)
-	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+	err = m.cow.Update(m.fenced(ctx, b), func(tx *cowfs.Txn) error {
 		if err := z.put(tx, rec); err != nil {
 			return err
 		}
@@ -878,7 +890,7 @@ func (m *Manager) restoreOnce(ctx context.Context, name, label string) error {
 	defer bfs.Unlock()
 	rec := b.rec
 	rec.Top = top
-	err = m.cow.Update(ctx, func(tx *cowfs.Txn) error {
+	err = m.cow.Update(m.fenced(ctx, b), func(tx *cowfs.Txn) error {
 		if err := checkRecord(tx.KV(), b.rec); err != nil {
 			return err
 		}

@@ -461,6 +461,11 @@ func mapErr(err error) error {
 	if errors.Is(err, kv.ErrNoSpace) {
 		return fmt.Errorf("%w: %v", ErrNoSpace, err)
 	}
+	if errors.Is(err, kv.ErrFenced) && !errors.Is(err, ErrNotOwner) {
+		// A commit fenced by a branch's owner key: another server took
+		// it over (kv.Fence).
+		return fmt.Errorf("%w: %w", ErrNotOwner, err)
+	}
 	return err
 }
 

@@ -95,9 +95,56 @@ func (m *Manager) currentLease() Lease {
 // shared.
 func (m *Manager) setOwnedLocked(b *branch, owned bool) {
 	b.owned = owned
-	if b.fs != nil && m.owning() {
-		b.fs.SetReadOnly(!owned || b.rec.Parent == 0)
+	if b.fs == nil || !m.owning() {
+		return
 	}
+	f := b.fs.Fence()
+	if owned && b.rec.Parent != 0 && m.lease != nil {
+		f.Hold(m.fenceToken(b))
+		b.fs.SetReadOnly(false)
+		return
+	}
+	b.fs.SetReadOnly(true)
+	f.Drop()
+}
+
+// suspendOwnedLocked stops this server's writes to b, which it owned
+// under a lease it lost, until it claims b again under a new one (m.mu
+// held): writes answer EAGAIN (NFS3ERR_JUKEBOX) meanwhile, not EROFS,
+// since the ownership may come back; reclaimOwned then arms the fence
+// again or drops it.
+func (m *Manager) suspendOwnedLocked(b *branch) {
+	b.owned = false
+	if b.fs == nil || !m.owning() {
+		return
+	}
+	b.fs.Fence().Suspend()
+	b.fs.SetReadOnly(true)
+}
+
+// fenceToken is the fencing token of b's writes by this server: its
+// owner key bound to this server's lease (m.mu held, m.lease set). Every
+// transaction that writes b's data or record on this server compares it
+// in its commit (kv.Fence), so a server paused past its lease writes
+// nothing once another took b over, whatever it still believes.
+func (m *Manager) fenceToken(b *branch) kv.FenceToken {
+	return kv.FenceToken{Key: ownerKey(b.rec.ID), Lease: m.lease.ID(), Name: fmt.Sprintf("branch %q", b.rec.Name)}
+}
+
+// fenced returns ctx carrying the fences of the branches of bs other
+// than main (which no server owns), so that a lifecycle operation's
+// transactions commit only while this server owns them (kv.Fence). On a
+// store of its own it returns ctx.
+func (m *Manager) fenced(ctx context.Context, bs ...*branch) context.Context {
+	if !m.owning() {
+		return ctx
+	}
+	for _, b := range bs {
+		if b.rec.Parent != 0 && b.fs != nil {
+			ctx = kv.WithFence(ctx, b.fs.Fence())
+		}
+	}
+	return ctx
 }
 
 // owns reports whether this server may write b's files and move its top:
@@ -156,8 +203,17 @@ func (m *Manager) claim(ctx context.Context, id BranchID) (ok bool, holder owner
 	}
 	v, _ := json.Marshal(ownerRec{Server: m.opts.Server, Lease: l.ID()})
 	ok, h, err := l.Claim(ctx, ownerKey(id), v)
-	if err != nil || ok {
-		return ok, holder, err
+	if err != nil {
+		name := fmt.Sprintf("id %d", id)
+		m.mu.RLock()
+		if b := m.byID[id]; b != nil {
+			name = fmt.Sprintf("%q", b.rec.Name)
+		}
+		m.mu.RUnlock()
+		return false, holder, fmt.Errorf("branches: claiming branch %s for this server: %w", name, err)
+	}
+	if ok {
+		return ok, holder, nil
 	}
 	json.Unmarshal(h, &holder)
 	return false, holder, nil
@@ -195,7 +251,7 @@ func (m *Manager) startOwnership(ctx context.Context) error {
 // lock says so, or this process before it lost its lease), revoking that
 // lease, and those of ids (owned before a lost lease) that no server owns
 // now.
-func (m *Manager) reclaimOwned(ctx context.Context, ids []BranchID) {
+func (m *Manager) reclaimOwned(ctx context.Context, ids []BranchID) (failed []BranchID) {
 	l := m.currentLease()
 	olds := map[int64]bool{}
 	var mine []BranchID
@@ -216,7 +272,7 @@ func (m *Manager) reclaimOwned(ctx context.Context, ids []BranchID) {
 	})
 	if err != nil {
 		m.opts.Logger.Warn("branches: reading the owners of branches", "err", err)
-		return
+		return ids
 	}
 	// And the live branches it forked or took over last, which no other
 	// server took since (their keys went with an older lease).
@@ -242,14 +298,14 @@ func (m *Manager) reclaimOwned(ctx context.Context, ids []BranchID) {
 		ok, _, err := m.claim(ctx, id)
 		if err != nil {
 			m.opts.Logger.Warn("branches: claiming a branch this server owned", "branch", b.rec.Name, "err", err)
+			failed = append(failed, id)
 			continue
 		}
-		if ok {
-			m.mu.Lock()
-			m.setOwnedLocked(b, true)
-			m.mu.Unlock()
-		}
+		m.mu.Lock()
+		m.setOwnedLocked(b, ok)
+		m.mu.Unlock()
 	}
+	return failed
 }
 
 // leaseLoop waits for the loss of the lease: this server then stops
@@ -270,11 +326,12 @@ func (m *Manager) leaseLoop(ctx context.Context) {
 		for id, b := range m.byID {
 			if b.owned {
 				had = append(had, id)
-				m.setOwnedLocked(b, false)
+				m.suspendOwnedLocked(b)
 			}
 		}
 		m.mu.Unlock()
-		m.opts.Logger.Error("branches: this server's lease on the cluster was lost (revoked, or not renewed for its TTL while the cluster was out of reach): its branches are read-only here until it gets a new one and claims them again", "branches", len(had))
+		m.opts.Logger.Error("branches: this server's lease on the cluster was lost (revoked, or not renewed for its TTL while the cluster was out of reach): writes to its branches answer 'try again later' until it gets a new lease and claims them again", "branches", len(had))
+		warn := newLogEvery(10 * time.Second)
 		for ctx.Err() == nil {
 			nl, err := m.opts.Leases.Grant(ctx, m.opts.LeaseTTL)
 			if err == nil {
@@ -283,14 +340,50 @@ func (m *Manager) leaseLoop(ctx context.Context) {
 				m.mu.Unlock()
 				break
 			}
-			m.opts.Logger.Warn("branches: granting a new lease", "err", err)
+			if warn.ok() {
+				m.opts.Logger.Warn("branches: granting a new lease (retrying every second)", "err", err)
+			}
 			sleepCtx(ctx, time.Second)
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		m.reclaimOwned(ctx, had)
+		// Claim them again; a claim the cluster did not answer is tried
+		// again for a while, then the branch stays read-only here.
+		left := m.reclaimOwned(ctx, had)
+		for try := 0; len(left) > 0 && try < reclaimTries && ctx.Err() == nil; try++ {
+			sleepCtx(ctx, time.Second)
+			left = m.reclaimOwned(ctx, left)
+		}
+		m.mu.Lock()
+		for _, id := range left {
+			if b := m.byID[id]; b != nil && !b.owned {
+				m.setOwnedLocked(b, false)
+			}
+		}
+		m.mu.Unlock()
 	}
+}
+
+// reclaimTries bounds how often leaseLoop claims again, a second apart,
+// the branches whose claims the cluster did not answer.
+const reclaimTries = 30
+
+// logEvery lets a repeated warning through once per interval.
+type logEvery struct {
+	every time.Duration
+	last  time.Time
+}
+
+func newLogEvery(every time.Duration) *logEvery { return &logEvery{every: every} }
+
+// ok reports whether to log now. One goroutine uses it.
+func (l *logEvery) ok() bool {
+	if now := time.Now(); now.Sub(l.last) >= l.every {
+		l.last = now
+		return true
+	}
+	return false
 }
 
 // Takeover makes this server the owner of branch name, live or

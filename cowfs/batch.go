@@ -10,6 +10,18 @@ const LayerKeyLen = 26
 // fewer when the kv store's Limits say so (128 with etcd's defaults).
 func (s *Store) DeleteBatch(keyLen int) int { return deleteBatch(s.kv, keyLen) }
 
+// limits is the kv store's Limits for a transaction that writes a
+// branch's layers: on a shared store (Options.Shared) its commit may
+// compare up to kv.MaxFences fencing tokens (kv.Fence) besides what it
+// read, so it may read that many keys fewer.
+func (s *Store) limits() kv.Limits {
+	l := s.kv.Limits()
+	if s.opts.Shared && l.Reads > kv.MaxFences {
+		l.Reads -= kv.MaxFences
+	}
+	return l
+}
+
 func deleteBatch(store kv.Store, keyLen int) int {
 	l := store.Limits()
 	return min(4096, l.Batch(1, keyLen+l.OpBytes))

@@ -700,7 +700,7 @@ func (s *Store) rechunkRun(ctx context.Context, l LayerID, ino InodeID, run []ru
 	var chunks []pendingChunk
 	done := 0 // blocks [0, done) are swapped (or skipped)
 	ready := 0
-	lim := s.kv.Limits()
+	lim := s.limits()
 	// commit swaps the references of batch (their new references in
 	// refsOf) in one transaction, storing the chunks in need.
 	commit := func(batch []runBlock, refsOf [][]byte, need []pendingChunk) error {

@@ -60,7 +60,7 @@ func (f *View) WriteChunked(ino InodeID, r io.Reader) (Attr, int64, error) {
 	var written int64 // file bytes written: whole blocks, or all at the end
 	var cut int64     // stream bytes cut into chunks
 	eof := false
-	lim := f.s.kv.Limits()
+	lim := f.s.limits()
 	for !eof || written < cut {
 		// Cut chunks until a batch of blocks is whole, or the stream ends.
 		for !eof && cut-written < rechunkBatch*bs {

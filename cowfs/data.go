@@ -900,7 +900,7 @@ func (f *View) purgeStale(ino InodeID) error {
 				done = true
 				return tx.Delete(staleKey(top, ino))
 			}
-			more, err := f.dropOwnData(tx, st, ino, n.StaleFrom, dataDeletesInTxn(f.store.Limits(), len(st.stack)))
+			more, err := f.dropOwnData(tx, st, ino, n.StaleFrom, dataDeletesInTxn(f.s.limits(), len(st.stack)))
 			if err != nil || more {
 				return err
 			}
@@ -1170,7 +1170,7 @@ func (f *View) truncate(tx kv.Txn, st state, n *inode, size uint64, refs *refLog
 	// The blocks past the new end: as many as the transaction holds go
 	// now, the rest once the new size committed (purgeStale), marked
 	// Stale until then so no write grows the file over them.
-	if more, err := f.dropOwnData(tx, st, n.Ino, keep, dataDeletesInTxn(f.store.Limits(), len(st.stack))); err != nil {
+	if more, err := f.dropOwnData(tx, st, n.Ino, keep, dataDeletesInTxn(f.s.limits(), len(st.stack))); err != nil {
 		return err
 	} else if more && !n.Stale {
 		n.Stale, n.StaleFrom = true, keep

@@ -40,6 +40,14 @@ func pathErr(op, path string, errno syscall.Errno) error {
 func toErrno(err error) syscall.Errno {
 	var errno syscall.Errno
 	switch {
+	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, kv.ErrUnknownOutcome), errors.Is(err, blobs.ErrUnavailable),
+		errors.Is(err, kv.ErrLeaseLost):
+		// The store or the blob store does not answer for now, or the
+		// lease a write relied on was lost (the next attempt takes a
+		// new one): the same call may succeed later (NFS3ERR_JUKEBOX).
+		// Before the errno: a network error of the client (a refused
+		// connection) wraps one, which is no answer for the file.
+		return syscall.EAGAIN
 	case errors.As(err, &errno):
 		return errno
 	case errors.Is(err, kv.ErrNoSpace):
@@ -48,10 +56,9 @@ func toErrno(err error) syscall.Errno {
 		return syscall.EFBIG
 	case errors.Is(err, kv.ErrClosed):
 		return syscall.ESTALE
-	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, kv.ErrUnknownOutcome), errors.Is(err, blobs.ErrUnavailable):
-		// The store or the blob store does not answer for now: the
-		// same call may succeed later (NFS3ERR_JUKEBOX).
-		return syscall.EAGAIN
+	case errors.Is(err, kv.ErrFenced):
+		// Another server owns the branch now (kv.Fence).
+		return syscall.EROFS
 	case errors.Is(err, fs.ErrNotExist):
 		return syscall.ENOENT
 	case errors.Is(err, fs.ErrExist):

@@ -263,7 +263,7 @@ func (s *Store) coalesce(ctx context.Context, l LayerID) (int, error) {
 		return 0, nil // extentsFormat
 	}
 	bs := uint64(s.opts.BlockSize)
-	lim := s.kv.Limits()
+	lim := s.limits()
 	// A run costs a read and a delete per block, the extent's write and
 	// a few KiB of reference.
 	maxRun := min(maxExtentBlocks, max(2, lim.Writes-2), max(2, lim.Reads-2),

@@ -136,8 +136,14 @@ type View struct {
 	// dirty is false only while the top layer is known to be empty: it was
 	// installed fresh by SetFreshStackLocked and nothing wrote since.
 	dirty atomic.Bool
-	// ro refuses writes with EROFS while set (SetReadOnly).
+	// ro refuses writes with EROFS while set (SetReadOnly), or EAGAIN
+	// while fence is suspended.
 	ro atomic.Bool
+	// fence is the fencing token of the view's writes: every transaction
+	// run under ctx carries it (kv.WithFence), so on a shared store a
+	// write commits only while this server's lease owns the branch, in
+	// the commit itself. Unarmed (no check) unless the owner arms it.
+	fence *kv.Fence
 	// owned, on a shared store (Options.Shared), is set while this server
 	// owns the view's branch (SetReadOnly(false)); ownedAt is the Store's
 	// reference-change sequence number when it last became so: cached
@@ -251,6 +257,13 @@ func (f *View) SetReadOnly(ro bool) {
 	f.ro.Store(false)
 }
 
+// Fence returns the fencing token of the view's writes (see kv.Fence):
+// the owner of its branch arms it with its owner key and lease, every
+// transaction of a write to the view compares it in its commit, and a
+// commit it refuses fails with EROFS (kv.ErrFenced), or EAGAIN while it
+// is suspended. It is unarmed until then.
+func (f *View) Fence() *kv.Fence { return f.fence }
+
 // TopDirty reports whether the top layer may hold writes. False means it
 // is certainly empty; true means it may be (check with LayerEmpty).
 func (f *View) TopDirty() bool { return f.dirty.Load() }
@@ -313,6 +326,11 @@ func (f *View) begin(write bool) (state, error) {
 		return state{}, syscall.ESTALE
 	}
 	if write && (f.opts.ReadOnly || f.ro.Load()) {
+		if !f.opts.ReadOnly && f.fence.Suspended() {
+			// This server is getting its lease back, and may own the
+			// branch again shortly: the client retries (JUKEBOX).
+			return state{}, syscall.EAGAIN
+		}
 		return state{}, syscall.EROFS
 	}
 	return state{stack: f.stack}, nil

@@ -262,7 +262,7 @@ func (s *Store) merge(ctx context.Context, cs, ps, bs []LayerID, dst LayerID, ig
 		sort.Strings(conflicts)
 		return conflicts, 0, err
 	}
-	lim := s.kv.Limits()
+	lim := s.limits()
 	for i := 0; i < len(writes); {
 		j := i + writeBatch(lim, len(writes)-i, func(k int) int { return len(writes[i+k].k) + len(writes[i+k].v) })
 		// Content written here must survive a concurrent block sweep

@@ -498,16 +498,34 @@ func (f *View) nsUpdate(op, name string, fn func(tx kv.Txn, st state, mk *dirMar
 }
 
 // markApplied reads the top layer's record of mk's directory: it carries
-// mk's ctime if the change that set mk was applied.
+// mk's ctime if the change that set mk was applied. A commit's answer is
+// lost mostly when the cluster is losing its leader, and a read fails
+// until it has a new one: while the store says it is unavailable, it
+// reads again for up to markReadFor, so that the change's outcome is
+// answered (a REMOVE that was applied answers OK) rather than left to a
+// retry that would find the entry gone.
 func (f *View) markApplied(st state, mk dirMark) (bool, error) {
 	var applied bool
-	err := f.store.View(f.ctx, func(tx kv.Txn) error {
-		n, err := layerInode(tx, st.stack[0], mk.dir)
-		applied = err == nil && n != nil && n.Ctime == mk.ctime
-		return err
-	})
-	return applied, err
+	wait := 50 * time.Millisecond
+	deadline := time.Now().Add(markReadFor)
+	for {
+		err := f.store.View(f.ctx, func(tx kv.Txn) error {
+			n, err := layerInode(tx, st.stack[0], mk.dir)
+			applied = err == nil && n != nil && n.Ctime == mk.ctime
+			return err
+		})
+		if err == nil || !errors.Is(err, kv.ErrUnavailable) || time.Now().Add(wait).After(deadline) {
+			return applied, err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
 }
+
+// markReadFor bounds how long markApplied reads again a store that is
+// unavailable: about an etcd election or two, well within an NFS
+// client's timeout.
+const markReadFor = 5 * time.Second
 
 // write runs commit with the view's current stack, which stays the stack
 // until commit returns, once the view is known writable; it wraps the
@@ -751,7 +769,7 @@ func dataDeletesInTxn(lim kv.Limits, depth int) int {
 // purge (purgeLeft) once tx committed: nothing reads them then, since n's
 // record is gone from the top layer.
 func (f *View) deleteInode(tx kv.Txn, st state, n *inode, left *[]leftData) error {
-	limit := dataDeletesInTxn(f.store.Limits(), len(st.stack))
+	limit := dataDeletesInTxn(f.s.limits(), len(st.stack))
 	if more, err := f.dropOwnData(tx, st, n.Ino, 0, limit); err != nil {
 		return err
 	} else if more {

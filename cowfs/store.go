@@ -69,9 +69,10 @@ func (s *Store) Options() Options { return s.opts }
 // writes go to stack[0], which must not be the top of any other view. It
 // costs no store access.
 func (s *Store) View(stack []LayerID) *View {
-	ctx, cancel := context.WithCancel(context.Background())
+	fence := &kv.Fence{}
+	ctx, cancel := context.WithCancel(kv.WithFence(context.Background(), fence))
 	f := &View{s: s, store: s.kv, alloc: s.alloc, opts: s.opts, bs: uint64(s.opts.BlockSize),
-		ctx: ctx, stop: cancel, stack: append([]LayerID(nil), stack...), cache: map[InodeID]*frozenInode{}}
+		ctx: ctx, stop: cancel, fence: fence, stack: append([]LayerID(nil), stack...), cache: map[InodeID]*frozenInode{}}
 	f.dirty.Store(true)
 	return f
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"sync/atomic"
 	"syscall"
 	"testing"
 
+	"github.com/branchnfs/branchnfs/blobs"
 	"github.com/branchnfs/branchnfs/kv"
 	"github.com/branchnfs/branchnfs/kv/kvtest"
 )
@@ -23,6 +26,9 @@ type lostCommit struct {
 	apply     bool
 	failViews atomic.Bool
 	updates   atomic.Int32
+	// unavailable is how many read transactions from now on fail with
+	// kv.ErrUnavailable (an etcd cluster electing a leader).
+	unavailable atomic.Int32
 }
 
 // writes wraps a transaction to record whether it wrote.
@@ -73,6 +79,9 @@ var errDropped = errors.New("dropped")
 func (l *lostCommit) View(ctx context.Context, fn func(kv.Txn) error) error {
 	if l.failViews.Load() {
 		return errors.New("lost commit: no leader")
+	}
+	if l.unavailable.Add(-1) >= 0 {
+		return fmt.Errorf("%w: no leader yet", kv.ErrUnavailable)
 	}
 	return l.Store.View(ctx, fn)
 }
@@ -175,6 +184,25 @@ func TestNamespaceChangeUnknownOutcome(t *testing.T) {
 			})
 		}
 	}
+	// The store is unavailable for a moment after the lost answer (its
+	// leader is being elected): the REMOVE reads again and answers OK,
+	// not EAGAIN, which would make the client's retry find the entry
+	// gone (ENOENT).
+	t.Run("store back soon", func(t *testing.T) {
+		st := &lostCommit{Store: kvtest.NewStore(t), apply: true}
+		_, f := newTestTree(t, st, Options{})
+		if _, err := f.Create(RootIno, "file", CreateGuarded, NewAttr{Mode: 0o644}, 0); err != nil {
+			t.Fatal(err)
+		}
+		st.armed.Store(true)
+		st.unavailable.Store(3)
+		if err := f.Unlink(RootIno, "file"); err != nil {
+			t.Fatalf("remove whose answer was lost, store unavailable for three reads: %v, want success", err)
+		}
+		if err := gone(f, "file"); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("store down", func(t *testing.T) {
 		st := &lostCommit{Store: kvtest.NewStore(t), apply: true}
 		_, f := newTestTree(t, st, Options{})
@@ -192,4 +220,26 @@ func TestNamespaceChangeUnknownOutcome(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestUnavailableIsRetried: an error saying the store, the bucket or a
+// lease is out of reach maps to EAGAIN (NFS3ERR_JUKEBOX) even when it
+// wraps the network's errno, and a fenced commit maps to EROFS.
+func TestUnavailableIsRetried(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	cases := []struct {
+		err  error
+		want syscall.Errno
+	}{
+		{fmt.Errorf("%w: %w", kv.ErrUnavailable, refused), syscall.EAGAIN},
+		{fmt.Errorf("%w: %w", blobs.ErrUnavailable, refused), syscall.EAGAIN},
+		{fmt.Errorf("%w: %w", kv.ErrUnknownOutcome, refused), syscall.EAGAIN},
+		{fmt.Errorf("%w: twice in a row", kv.ErrLeaseLost), syscall.EAGAIN},
+		{fmt.Errorf("%w: owned by another lease", kv.ErrFenced), syscall.EROFS},
+	}
+	for _, c := range cases {
+		if got := toErrno(c.err); got != c.want {
+			t.Errorf("toErrno(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }

@@ -47,14 +47,20 @@ func nfsStatus(err error) (st nfs.NFSStatus, ok bool) {
 		return nfs.NFSStatusNoEnt, true
 	case errors.Is(err, branches.ErrNoSpace):
 		return nfs.NFSStatusNoSPC, true
-	case errors.Is(err, branches.ErrReadOnly), errors.Is(err, branches.ErrNotOwner):
-		// Not owned: another server of a shared store writes the branch.
-		return nfs.NFSStatusROFS, true
-	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, kv.ErrUnknownOutcome), errors.Is(err, blobs.ErrUnavailable):
-		// The metadata cluster or the bucket does not answer for now
-		// (cowfs says so with EAGAIN, below): the client retries later
-		// and keeps its buffered writes (docs/nfs.md, "Errors").
+	case errors.Is(err, kv.ErrUnavailable), errors.Is(err, kv.ErrUnknownOutcome), errors.Is(err, blobs.ErrUnavailable),
+		errors.Is(err, kv.ErrLeaseLost):
+		// The metadata cluster or the bucket does not answer for now,
+		// or this server is getting its lease back and may own the
+		// branch again (cowfs says so with EAGAIN, below): the client
+		// retries later and keeps its buffered writes (docs/nfs.md,
+		// "Errors"). Before ErrNotOwner and the errnos: such an error
+		// may wrap a network errno, which says nothing of the file.
 		return nfs.NFSStatusJukebox, true
+	case errors.Is(err, branches.ErrReadOnly), errors.Is(err, branches.ErrNotOwner), errors.Is(err, kv.ErrFenced):
+		// Not owned: another server of a shared store writes the branch
+		// (kv.ErrFenced: it took the branch over, and the commit that
+		// compared the owner key said so).
+		return nfs.NFSStatusROFS, true
 	}
 	var errno syscall.Errno
 	if errors.As(err, &errno) {
@@ -97,7 +103,9 @@ func nfsStatus(err error) (st nfs.NFSStatus, ok bool) {
 			return nfs.NFSStatusStale, true
 		case syscall.ENOTSUP:
 			return nfs.NFSStatusNotSupp, true
-		case syscall.EAGAIN:
+		case syscall.EAGAIN, syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ETIMEDOUT, syscall.EHOSTUNREACH, syscall.ENETUNREACH:
+			// A backend out of reach (an error that lost its
+			// ErrUnavailable on the way): try again later.
 			return nfs.NFSStatusJukebox, true
 		}
 	}

@@ -3,12 +3,16 @@ package nfsserver
 import (
 	"fmt"
 	"io/fs"
+	"net"
+	"os"
 	"syscall"
 	"testing"
 
 	nfs "github.com/willscott/go-nfs"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/kv"
+	"github.com/branchnfs/branchnfs/kv/etcdkv"
 )
 
 func TestNFSStatus(t *testing.T) {
@@ -44,6 +48,14 @@ func TestNFSStatus(t *testing.T) {
 		{&branches.InvalidatedError{Branch: "b", By: "commit"}, nfs.NFSStatusStale},
 		{branches.ErrNoSpace, nfs.NFSStatusNoSPC},
 		{fmt.Errorf("weird"), nfs.NFSStatusIO},
+		// The metadata store out of reach, however the error wraps it.
+		{etcdkv.ErrUnavailable, nfs.NFSStatusJukebox},
+		{fmt.Errorf("%w: %w", etcdkv.ErrUnavailable, &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}), nfs.NFSStatusJukebox},
+		{&net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, nfs.NFSStatusJukebox},
+		{fmt.Errorf("commit: %w", kv.ErrUnknownOutcome), nfs.NFSStatusJukebox},
+		{fmt.Errorf("%w: twice", kv.ErrLeaseLost), nfs.NFSStatusJukebox},
+		// The owner lost its branch to another server (kv.Fence).
+		{fmt.Errorf("%w: branch x is owned by lease 2", kv.ErrFenced), nfs.NFSStatusROFS},
 	}
 	for _, tc := range cases {
 		if got, _ := nfsStatus(tc.err); got != tc.want {

@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -37,6 +39,9 @@ func OpenCoord(cfg clientv3.Config, opts Options) (*Coord, error) {
 	opts.EnsureDefaults()
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = opts.RequestTimeout
+	}
+	if cfg.Logger == nil && cfg.LogConfig == nil {
+		cfg.Logger = clientLogger(opts.Logger)
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
@@ -88,13 +93,15 @@ func (c *Coord) Grant(ctx context.Context, ttl time.Duration) (*Lease, error) {
 	resp, err := c.s.cli.Grant(rctx, secs)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("etcdkv: granting a lease: %w", c.s.mapErr(err, 0))
+		// No lease was granted, or one nobody holds, which expires: a
+		// cluster that does not answer is unavailable, not broken.
+		return nil, fmt.Errorf("etcdkv: granting a lease: %w", c.s.mapReadErr(ctx, err, 0))
 	}
 	kctx, kcancel := context.WithCancel(context.Background())
 	ch, err := c.s.cli.KeepAlive(kctx, resp.ID)
 	if err != nil {
 		kcancel()
-		return nil, fmt.Errorf("etcdkv: keeping lease %x alive: %w", resp.ID, c.s.mapErr(err, 0))
+		return nil, fmt.Errorf("etcdkv: keeping lease %x alive: %w", resp.ID, c.s.mapReadErr(ctx, err, 0))
 	}
 	l := &Lease{c: c, id: resp.ID, ttl: time.Duration(resp.TTL) * time.Second, cancel: kcancel, done: make(chan struct{})}
 	go func() {
@@ -152,7 +159,7 @@ func (l *Lease) Claim(ctx context.Context, key, value []byte) (ok bool, holder [
 		Else(clientv3.OpGet(k)).
 		Commit()
 	if err != nil {
-		return false, nil, l.mapErr("claiming "+k, err)
+		return false, nil, l.mapErr("claiming key "+KeyName(key), err)
 	}
 	if resp.Succeeded {
 		return true, nil, nil
@@ -170,7 +177,7 @@ func (l *Lease) Claim(ctx context.Context, key, value []byte) (ok bool, holder [
 		Then(clientv3.OpPut(k, string(value), clientv3.WithLease(l.id))).
 		Commit()
 	if err != nil {
-		return false, nil, l.mapErr("claiming "+k, err)
+		return false, nil, l.mapErr("claiming key "+KeyName(key), err)
 	}
 	if !resp.Succeeded {
 		return l.Claim(ctx, key, value)
@@ -188,7 +195,7 @@ func (l *Lease) Release(ctx context.Context, key []byte) (bool, error) {
 		Then(clientv3.OpDelete(k)).
 		Commit()
 	if err != nil {
-		return false, l.mapErr("releasing "+k, err)
+		return false, l.mapErr("releasing key "+KeyName(key), err)
 	}
 	return resp.Succeeded, nil
 }
@@ -207,7 +214,7 @@ func (c *Coord) Revoke(ctx context.Context, id int64) error {
 	defer cancel()
 	_, err := c.s.cli.Revoke(rctx, clientv3.LeaseID(id))
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("etcdkv: revoking lease %x: %w", id, c.s.mapErr(err, 0))
+		return fmt.Errorf("etcdkv: revoking lease %x: %w", id, c.s.mapReadErr(ctx, err, 0))
 	}
 	return nil
 }
@@ -217,12 +224,27 @@ func (l *Lease) mapErr(what string, err error) error {
 		return fmt.Errorf("%w: %s: lease %x is gone", ErrLeaseLost, what, int64(l.id))
 	}
 	err = l.c.s.mapErr(err, 0)
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded {
 		// Like a commit of unknown outcome: the key may or may not be
 		// set; read it (or Claim again) before relying on either.
-		return fmt.Errorf("etcdkv: %s: no answer (%w): it may or may not have been applied", what, err)
+		return fmt.Errorf("etcdkv: %s: no answer (%w): it may or may not have been applied", what, errors.Join(kv.ErrUnknownOutcome, err))
 	}
 	return fmt.Errorf("etcdkv: %s: %w", what, err)
+}
+
+// KeyName renders a key for messages: its leading printable bytes (a
+// key's kind, such as 'O' for a branch owner), then the rest in hex, as
+// O+0000000000000007; a key of printable bytes only is itself. Raw keys
+// hold binary ids, which would put control bytes into logs.
+func KeyName(key []byte) string {
+	i := 0
+	for i < len(key) && key[i] >= 0x21 && key[i] < 0x7f {
+		i++
+	}
+	if i == len(key) {
+		return string(key)
+	}
+	return fmt.Sprintf("%s+%x", key[:i], key[i:])
 }
 
 // Event is one change of a watched key (Key without Options.Prefix).

@@ -70,4 +70,16 @@
 // transactions whose writes may be bound to it (cowfs's upload intents
 // and deletion markers); its store's transactions implement
 // kv.CommitChecker.
+//
+// Fencing: an Update under a context carrying armed kv.Fence tokens
+// (kv.WithFence) adds, per token, a compare of the owner key's lease to
+// the token's in its commit Txn, and an Else read of that key: a commit
+// whose key another lease holds fails with kv.ErrFenced, one whose key is
+// gone with kv.ErrUnavailable; neither is retried. A token takes one of
+// the MaxTxnOps compares.
+//
+// Logging: the etcd client's own log (zap) goes to Options.Logger,
+// warnings and errors only, one entry of each message per 10 s (the
+// client logs a warning per retried request while the cluster has no
+// quorum). Messages name keys with KeyName, never their raw bytes.
 package etcdkv

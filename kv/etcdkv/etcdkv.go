@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -112,6 +113,9 @@ func Open(cfg clientv3.Config, opts Options) (kv.Store, error) {
 	opts.EnsureDefaults()
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = opts.RequestTimeout
+	}
+	if cfg.Logger == nil && cfg.LogConfig == nil {
+		cfg.Logger = clientLogger(opts.Logger)
 	}
 	// A commit may be as large as the server allows, plus framing.
 	if cfg.MaxCallSendMsgSize == 0 {
@@ -287,7 +291,9 @@ func (s *store) Compact(ctx context.Context) error {
 
 // Limits follow Options: MaxTxnOps writes and as many reads (etcd checks
 // each of them with a compare), and MaxRequestBytes less what a request
-// carries besides its operations. Each operation carries the store's
+// carries besides its operations. A commit under fencing tokens
+// (kv.Fence) compares each of them too, so it may read that many keys
+// fewer. Each operation carries the store's
 // prefix on its key.
 func (s *store) Limits() kv.Limits {
 	return kv.Limits{
@@ -905,9 +911,23 @@ func (t *txn) commit() (bool, error) {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), ">", 0))
 		reqBytes += prefix + len(k) + opOverhead
 	}
-	if len(cmps) > t.s.opts.MaxTxnOps {
-		return false, fmt.Errorf("%w: the transaction read %d keys and %d ranges, and an etcd transaction checks at most %d (the server's --max-txn-ops); read less in read-write transactions (use a View for large reads) or raise the limit on every member and in Options.MaxTxnOps",
-			kv.ErrTxnTooBig, len(t.reads), len(t.ranges), t.s.opts.MaxTxnOps)
+	// The fencing tokens of the context: the commit applies only if each
+	// owner key is still bound to its lease (kv.Fence). On failure the
+	// Else branch reads the owner keys, to tell a lost ownership from a
+	// conflict.
+	fences, err := fenceTokens(t.ctx)
+	if err != nil {
+		return false, err // not sent
+	}
+	if len(cmps)+len(fences) > t.s.opts.MaxTxnOps {
+		return false, fmt.Errorf("%w: the transaction read %d keys and %d ranges under %d fencing tokens, and an etcd transaction checks at most %d (the server's --max-txn-ops); read less in read-write transactions (use a View for large reads) or raise the limit on every member and in Options.MaxTxnOps",
+			kv.ErrTxnTooBig, len(t.reads), len(t.ranges), len(fences), t.s.opts.MaxTxnOps)
+	}
+	var elses []clientv3.Op
+	for _, f := range fences {
+		cmps = append(cmps, clientv3.Compare(clientv3.LeaseValue(string(f.Key)), "=", clientv3.LeaseID(f.Lease)))
+		elses = append(elses, clientv3.OpGet(string(f.Key), clientv3.WithKeysOnly()))
+		reqBytes += 2 * (prefix + len(f.Key) + opOverhead)
 	}
 	if reqBytes > t.s.opts.MaxRequestBytes {
 		return false, fmt.Errorf("%w: the commit would be about %d bytes, over the server's --max-request-bytes of %d; split the operation or raise the limit on every member and in Options.MaxRequestBytes",
@@ -931,7 +951,7 @@ func (t *txn) commit() (bool, error) {
 	}
 	ctx, cancel := t.reqCtx()
 	defer cancel()
-	resp, err := t.s.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	resp, err := t.s.kv.Txn(ctx).If(cmps...).Then(ops...).Else(elses...).Commit()
 	if err != nil {
 		mapped := t.s.mapErr(err, t.rev)
 		if errors.Is(mapped, kv.ErrTxnTooBig) || errors.Is(mapped, kv.ErrNoSpace) || errors.Is(mapped, ErrCompacted) || errors.Is(mapped, ErrUnavailable) {
@@ -942,5 +962,58 @@ func (t *txn) commit() (bool, error) {
 		return false, fmt.Errorf("%w: the commit of %d writes got no answer from the etcd cluster (%w): it may or may not have been applied; read the state again before retrying",
 			kv.ErrUnknownOutcome, len(ops), mapped)
 	}
+	if !resp.Succeeded {
+		if err := fenceFailed(fences, resp.Responses); err != nil {
+			return false, err
+		}
+	}
 	return resp.Succeeded, nil
+}
+
+// fenceTokens returns the tokens of the fences ctx carries (kv.Fences)
+// that are armed, or the error of one that refuses every commit.
+func fenceTokens(ctx context.Context) ([]kv.FenceToken, error) {
+	var toks []kv.FenceToken
+	for _, f := range kv.Fences(ctx) {
+		tok, ok, err := f.Token()
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			toks = append(toks, tok)
+		}
+	}
+	if len(toks) > kv.MaxFences {
+		return nil, fmt.Errorf("etcdkv: a commit under %d fencing tokens, at most %d", len(toks), kv.MaxFences)
+	}
+	return toks, nil
+}
+
+// fenceFailed reads the answers to the Else reads of a failed commit (one
+// per fencing token): an owner key bound to another lease is
+// kv.ErrFenced; a key that is gone (its owner's lease expired, and no
+// process claimed it since) is ErrUnavailable, since its owner may claim
+// it again (kv.ErrUnavailable, not ErrUnavailable: Update does not wait
+// for it); nil when every token held (a conflict).
+func fenceFailed(toks []kv.FenceToken, answers []*etcdserverpb.ResponseOp) error {
+	var gone error
+	for i, tok := range toks {
+		if i >= len(answers) {
+			break
+		}
+		rr := answers[i].GetResponseRange()
+		if rr == nil {
+			continue
+		}
+		if len(rr.Kvs) == 0 {
+			if gone == nil {
+				gone = fmt.Errorf("%w: the ownership of %s went with the lease it was bound to (%x), and no process holds it now; nothing was applied", kv.ErrUnavailable, tok.Name, tok.Lease)
+			}
+			continue
+		}
+		if l := rr.Kvs[0].Lease; l != tok.Lease {
+			return fmt.Errorf("%w: %s is owned under lease %x now, not this process's %x; nothing was applied", kv.ErrFenced, tok.Name, l, tok.Lease)
+		}
+	}
+	return gone
 }

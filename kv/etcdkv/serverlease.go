@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/branchnfs/branchnfs/kv"
 )
@@ -129,7 +131,7 @@ func (s *ServerLease) CommitLeased(ctx context.Context, conds []kv.Cond, ops []k
 		}
 		if err != nil {
 			err = s.c.s.mapErr(err, 0)
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Unavailable || status.Code(err) == codes.DeadlineExceeded {
 				return 0, false, fmt.Errorf("%w: a leased transaction got no answer (%w)", kv.ErrUnknownOutcome, err)
 			}
 			return 0, false, fmt.Errorf("etcdkv: leased transaction: %w", err)
@@ -159,7 +161,7 @@ func (s *ServerLease) LeaseDeadline(ctx context.Context, lease int64) (time.Time
 		return time.Time{}, fmt.Errorf("%w: lease %x expired", errors.Join(kv.ErrLeaseLost, ErrLeaseLost), lease)
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("etcdkv: renewing lease %x: %w", lease, s.c.s.mapErr(err, 0))
+		return time.Time{}, fmt.Errorf("etcdkv: renewing lease %x: %w", lease, s.c.s.mapReadErr(ctx, err, 0))
 	}
 	return t0.Add(time.Duration(resp.TTL) * time.Second), nil
 }
