@@ -72,6 +72,9 @@ type Status struct {
 	// Branches holds the branch manager's counters of background work
 	// (reclaim passes, reclaimed layers and blocks, folded layers).
 	Branches any `json:"branches,omitempty"`
+	// SourceDir is the folder main was imported from, where apply
+	// writes by default; "" when none is recorded.
+	SourceDir string `json:"source_dir,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/branches.
