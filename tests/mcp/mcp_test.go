@@ -353,11 +353,12 @@ func TestBranchAndFileTools(t *testing.T) {
 		t.Fatalf("live branches: %+v", list)
 	}
 	var commit struct {
-		FastPath bool `json:"fast_path"`
-		Changes  int  `json:"changes"`
+		FastPath    bool `json:"fast_path"`
+		Changes     int  `json:"changes"`
+		MergedPaths *int `json:"merged_paths"`
 	}
 	call(t, cs, "commit", map[string]any{"branch": "feature"}, &commit)
-	if !commit.FastPath || commit.Changes != len(diff.Changes) {
+	if !commit.FastPath || commit.Changes != len(diff.Changes) || commit.MergedPaths == nil || *commit.MergedPaths != 0 {
 		t.Fatalf("commit: %+v, want the fast path with the diff's %d changes", commit, len(diff.Changes))
 	}
 	call(t, cs, "file_read", map[string]any{"branch": "main", "path": "lib/util.go"}, &rd)

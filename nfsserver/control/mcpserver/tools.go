@@ -260,7 +260,8 @@ type CommitOut struct {
 	Branch      string   `json:"branch"`
 	Parent      string   `json:"parent"`
 	FastPath    bool     `json:"fast_path" jsonschema:"the parent had not changed: the commit swapped a pointer"`
-	Changes     int      `json:"changes" jsonschema:"the changes the commit brought into the parent (the branch's diff on the fast path)"`
+	Changes     int      `json:"changes" jsonschema:"the changes the commit brought into the parent, as diff counts them (taken just before the commit)"`
+	MergedPaths int      `json:"merged_paths" jsonschema:"the directory entries and files a merge applied; 0 on the fast path, which swaps a pointer"`
 	Invalidated []string `json:"invalidated,omitempty" jsonschema:"siblings invalidated by the commit"`
 }
 
@@ -279,14 +280,14 @@ func (t *tools) commit(ctx context.Context, _ *mcp.CallToolRequest, in ChangeIn)
 	if err != nil {
 		return CommitOut{}, "", err
 	}
-	if res.FastPath {
-		res.Changes = changes
-	}
+	// The diff's count on either path: after a merge, res.Changes counts
+	// merged paths (MergedPaths).
+	res.Changes = changes
 	text := fmt.Sprintf("committed %s into %s (%s)", res.Branch, res.Parent, plural(res.Changes, "change", "changes"))
 	if len(res.Invalidated) > 0 {
 		text += "; invalidated " + strings.Join(res.Invalidated, ", ")
 	}
-	return CommitOut{Branch: res.Branch, Parent: res.Parent, FastPath: res.FastPath, Changes: res.Changes, Invalidated: res.Invalidated}, text, nil
+	return CommitOut{Branch: res.Branch, Parent: res.Parent, FastPath: res.FastPath, Changes: res.Changes, MergedPaths: res.MergedPaths, Invalidated: res.Invalidated}, text, nil
 }
 
 type AbortOut struct {
