@@ -256,10 +256,11 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 			st.Branches = s.mgr.Metrics()
 			return st
 		},
-		Logger: logger,
-		Runner: jobRunner(o, s.mgr, dir, &mounted, logger),
-		InUse:  nfs.BranchUsers,
-		Mounts: mcpMount(logger),
+		Logger:       logger,
+		Runner:       jobRunner(o, s.mgr, dir, &mounted, logger),
+		InUse:        nfs.BranchUsers,
+		Mounts:       mcpMount(logger),
+		ImportUpdate: serverImportUpdate(s, &sourceDir, logger),
 	})
 	if err != nil {
 		ln.Close()
