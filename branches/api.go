@@ -46,10 +46,16 @@ type CommitResult struct {
 	Branch   string `json:"branch"`
 	Parent   string `json:"parent"`
 	FastPath bool   `json:"fast_path"` // parent unchanged: pointer swap
-	// Changes counts the directory entries and files a merge applied. The
-	// fast path never looks at the change (that keeps it O(1)), so it
-	// reports 0 there.
-	Changes     int      `json:"changes"`
+	// MergedPaths counts the directory entries and files a merge applied
+	// to the parent. The fast path swaps a pointer and never looks at the
+	// change (that keeps it O(1) however big the branch), so it is 0
+	// there: diff the branch before committing to count what it brings.
+	MergedPaths int `json:"merged_paths"`
+	// Changes is kept for readers of older versions: MergedPaths after a
+	// merge, left out on the fast path, where Commit does not count.
+	// Callers that diffed the branch before committing (attempt records,
+	// the MCP commit tool) put the diff's count of changes here.
+	Changes     int      `json:"changes,omitempty"`
 	Invalidated []string `json:"invalidated,omitempty"`
 }
 

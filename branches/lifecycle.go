@@ -462,7 +462,7 @@ func (m *Manager) commitOnce(ctx context.Context, name string, o CommitOptions) 
 		if prec, newStack, applied, err = m.mergeUnlocked(ctx, c, p, pfs, cstack, bstack); err != nil {
 			return res, err
 		}
-		res.Changes = applied
+		res.MergedPaths, res.Changes = applied, applied
 	}
 	// The commit raises the parent's generation, which invalidates every
 	// other child (and its descendants: see stale) in one write. The

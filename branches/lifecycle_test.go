@@ -2,6 +2,7 @@ package branches_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -96,6 +97,11 @@ func TestForkIsolationAndFastCommit(t *testing.T) {
 	if !res.FastPath {
 		t.Errorf("commit into unchanged parent should be a pointer swap")
 	}
+	// The fast path does not count the changes: it says so rather than
+	// claiming none.
+	if j := string(must(json.Marshal(res))(t)); res.MergedPaths != 0 || strings.Contains(j, `"changes"`) || !strings.Contains(j, `"merged_paths":0`) {
+		t.Errorf("fast-path commit result %s: want merged_paths 0 and no changes count", j)
+	}
 	if len(res.Invalidated) != 1 || res.Invalidated[0] != "b2" {
 		t.Errorf("invalidated = %v, want [b2]", res.Invalidated)
 	}
@@ -129,6 +135,9 @@ func TestMergeCleanAndConflict(t *testing.T) {
 	res := must(m.Commit(ctx, "c1"))(t)
 	if res.FastPath {
 		t.Fatal("parent changed: commit must merge")
+	}
+	if res.MergedPaths == 0 || res.Changes != res.MergedPaths {
+		t.Errorf("merge: merged_paths %d, changes %d: want the paths merged in both", res.MergedPaths, res.Changes)
 	}
 	for p, want := range map[string]string{"dir/child.txt": "child", "dir/parent.txt": "parent", "dir/keep.txt": "k"} {
 		if got := read(t, m, "main", p); got != want {

@@ -60,7 +60,7 @@ func TestDiagUID(t *testing.T) {
 // TestDiagUIDUnprivileged runs TestDiagUID as a user who is not root, as
 // users run the server: sock_diag must answer them too.
 func TestDiagUIDUnprivileged(t *testing.T) {
-	passesUnprivileged(t, "TestDiagUID", "TestDiagUID/tcp4", TestDiagUID)
+	testbin.PassesUnprivileged(t, "TestDiagUID", "TestDiagUID/tcp4", TestDiagUID)
 }
 
 // BenchmarkSocketUID times finding a connection's client socket owner, by

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/branchnfs/branchnfs/internal/testbin"
 )
 
 // TestCallMemoryBoundedUnprivileged runs TestCallMemoryBounded as a user
 // who is not root, as users run the server.
 func TestCallMemoryBoundedUnprivileged(t *testing.T) {
-	passesUnprivileged(t, "TestCallMemoryBounded", "TestCallMemoryBounded", TestCallMemoryBounded)
+	testbin.PassesUnprivileged(t, "TestCallMemoryBounded", "TestCallMemoryBounded", TestCallMemoryBounded)
 }
 
 // TestUnreadRepliesRSS: 1,024 connections that each send 64 READs of 1
@@ -29,7 +31,7 @@ func TestUnreadRepliesRSS(t *testing.T) {
 	}
 	var cmd *exec.Cmd
 	if os.Geteuid() == 0 {
-		cmd = commandAs(t, 54321, "TestUnreadRepliesRSSHelper", "BNFS_RSS_HELPER=1")
+		cmd = testbin.CommandAs(t, testbin.UnprivilegedUID, "TestUnreadRepliesRSSHelper", "BNFS_RSS_HELPER=1")
 	} else {
 		cmd = exec.Command(os.Args[0], "-test.run=^TestUnreadRepliesRSSHelper$", "-test.v")
 		cmd.Env = append(os.Environ(), "BNFS_RSS_HELPER=1")

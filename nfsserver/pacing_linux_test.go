@@ -78,7 +78,7 @@ func TestUnpace(t *testing.T) {
 // TestUnpaceUnprivileged runs TestUnpace as a user who is not root, as
 // users run the server: reno must be open to them.
 func TestUnpaceUnprivileged(t *testing.T) {
-	passesUnprivileged(t, "TestUnpace", "TestUnpace/bbr", TestUnpace)
+	testbin.PassesUnprivileged(t, "TestUnpace", "TestUnpace/bbr", TestUnpace)
 }
 
 // TestServeUnpacesLoopback: the server switches its loopback connections

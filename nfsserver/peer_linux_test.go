@@ -9,11 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,9 +61,9 @@ func TestPeerUIDFilter(t *testing.T) {
 	})
 	t.Run("process of another user refused", func(t *testing.T) {
 		s, addr := startServer(t, fakeStore(), nil) // default: this uid (root) and root
-		out, err := runTestAs(t, 54321, "TestPeerHelperProcess", "BNFS_PEER_ADDR="+addr)
+		out, err := testbin.RunTestAs(t, testbin.UnprivilegedUID, "TestPeerHelperProcess", "BNFS_PEER_ADDR="+addr)
 		if err != nil || !strings.Contains(string(out), "answered=false") {
-			t.Fatalf("client as uid 54321: %v\n%s", err, out)
+			t.Fatalf("client as uid %d: %v\n%s", testbin.UnprivilegedUID, err, out)
 		}
 		if n := s.Metrics().Refused; n != 1 {
 			t.Fatalf("Refused = %d, want 1", n)
@@ -75,46 +72,6 @@ func TestPeerUIDFilter(t *testing.T) {
 			t.Fatalf("root's client not served: %v", err)
 		}
 	})
-}
-
-// runTestAs runs test (a test function of this package) in a copy of this
-// test binary as uid (and gid) uid, with env added to its environment,
-// and returns its output. The caller must be root.
-func runTestAs(t *testing.T, uid uint32, test string, env ...string) ([]byte, error) {
-	t.Helper()
-	return commandAs(t, uid, test, env...).CombinedOutput()
-}
-
-// commandAs is the command runTestAs runs, not started.
-func commandAs(t *testing.T, uid uint32, test string, env ...string) *exec.Cmd {
-	t.Helper()
-	bin := filepath.Join(testbin.SharedTempDir(t, "bnfs-as"), "nfsserver.test")
-	b, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.v")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	return cmd
-}
-
-// passesUnprivileged runs test as a user who is not root and checks that
-// its subtest (or test) want passed, not skipped: as root through
-// runTestAs as uid 54321, otherwise by calling fn.
-func passesUnprivileged(t *testing.T, test, want string, fn func(*testing.T)) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		fn(t) // already not root
-		return
-	}
-	out, err := runTestAs(t, 54321, test)
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+want+" ") {
-		t.Fatalf("%s as uid 54321: %v\n%s", test, err, out)
-	}
 }
 
 // TestPeerHelperProcess is the client of another user in TestPeerUIDFilter.
@@ -138,7 +95,7 @@ func TestPeerHelperProcess(t *testing.T) {
 func TestPeerClosedSocketRefused(t *testing.T) {
 	testbin.NeedRoot(t, "the server and its attacker run as two users who are not root")
 	const rounds = 400
-	srv := commandAs(t, 54320, "TestPeerServerHelper", "BNFS_PEER_SERVE=1")
+	srv := testbin.CommandAs(t, testbin.UnprivilegedUID-1, "TestPeerServerHelper", "BNFS_PEER_SERVE=1")
 	stdin, err := srv.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -164,9 +121,9 @@ func TestPeerClosedSocketRefused(t *testing.T) {
 	if addr == "" {
 		t.Fatalf("server helper printed no address: %v\n%s", sc.Err(), stderr.String())
 	}
-	out, err := runTestAs(t, 54321, "TestPeerCloserHelper", "BNFS_PEER_ADDR="+addr, fmt.Sprintf("BNFS_PEER_ROUNDS=%d", rounds))
+	out, err := testbin.RunTestAs(t, testbin.UnprivilegedUID, "TestPeerCloserHelper", "BNFS_PEER_ADDR="+addr, fmt.Sprintf("BNFS_PEER_ROUNDS=%d", rounds))
 	if err != nil || !strings.Contains(string(out), "sent=") {
-		t.Fatalf("attacker as uid 54321: %v\n%s", err, out)
+		t.Fatalf("attacker as uid %d: %v\n%s", testbin.UnprivilegedUID, err, out)
 	}
 	// The server accepts the queued connections only now: every client
 	// closed its socket long before.

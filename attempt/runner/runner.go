@@ -424,7 +424,7 @@ func (o *Options) commit(ctx context.Context, r *running) error {
 		return fmt.Errorf("runner: flush %s before the commit: %w", r.dir, err)
 	}
 	// The diff counts what the commit brings in: a fast-path commit does
-	// not look at the change (it stays O(1)) and reports 0.
+	// not look at the change (it stays O(1)) and leaves changes out.
 	d, derr := o.Backend.Diff(ctx, r.rec.Branch)
 	if derr == nil {
 		r.rec.Diff = summarize(d)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -8,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/branchnfs/branchnfs/nfsserver/control"
 	"github.com/go-git/go-billy/v5"
 )
 
@@ -73,8 +76,65 @@ func TestApply(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || len(res.Changes) != 0 || len(res.Already) == 0 {
 		t.Fatalf("second apply: %d %q", code, out)
 	}
-	if code, _, stderr := runCLI(t, append([]string{"apply", "b"}, s...)...); code != exitUsage || !strings.Contains(stderr, "pass --to DIR") {
-		t.Fatalf("apply without --to: %d %q", code, stderr)
+}
+
+// TestApplyDefaultsToSourceFolder: without --to, apply writes into the
+// folder main was imported from, read from the store in direct mode and
+// from the server's status when one runs; with none recorded it asks for
+// --to, in both modes.
+func TestApplyDefaultsToSourceFolder(t *testing.T) {
+	s, src := outputFixture(t)
+	exported := filepath.Join(t.TempDir(), "out")
+	if code, _, _ := runCLI(t, append([]string{"export", "b", exported}, s...)...); code != 0 {
+		t.Fatal("export failed")
+	}
+	want := treeDigest(t, exported, true, ".git")
+
+	// Direct mode: a dry run names the folder and leaves it alone.
+	before := treeDigest(t, src, true)
+	code, out, _ := runCLI(t, append([]string{"apply", "b", "--dry-run", "--json"}, s...)...)
+	var res applyResult
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.To != src || len(res.Changes) == 0 {
+		t.Fatalf("apply --dry-run without --to, direct: %d %q, want to %s", code, out, src)
+	}
+	if d := diffDigests(before, treeDigest(t, src, true)); d != "" {
+		t.Fatalf("a dry run changed the folder:\n%s", d)
+	}
+
+	// API mode: the status carries the folder, and apply writes there.
+	store := s[1]
+	stop := startServe(t, store)
+	c, st, err := control.Dial(context.Background(), control.SocketPath(store), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if st.SourceDir != src {
+		t.Fatalf("status source_dir %q, want %q", st.SourceDir, src)
+	}
+	code, out, _ = runCLI(t, append([]string{"apply", "b", "--json"}, s...)...)
+	res = applyResult{}
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.To != src || len(res.Changes) == 0 {
+		t.Fatalf("apply without --to, through the server: %d %q", code, out)
+	}
+	if d := diffDigests(want, treeDigest(t, src, true, ".git")); d != "" {
+		t.Fatalf("the source folder differs from the branch after apply:\n%s", d)
+	}
+	stop()
+
+	// Nothing recorded: a store made without --from.
+	bare := []string{"--store", filepath.Join(shortTempDir(t), "s")}
+	for _, args := range [][]string{{"init"}, {"fork", "main", "x"}} {
+		if code, _, _ := runCLI(t, append(args, bare...)...); code != 0 {
+			t.Fatalf("%v failed", args)
+		}
+	}
+	if code, _, stderr := runCLI(t, append([]string{"apply", "x"}, bare...)...); code != exitUsage || !strings.Contains(stderr, "no recorded source folder: pass --to DIR") {
+		t.Fatalf("apply without --to nor a recorded folder, direct: %d %q", code, stderr)
+	}
+	_, fake := fakeServer(t, 12049)
+	if code, _, stderr := runCLI(t, "apply", "b1", "--store", fake); code != exitUsage || !strings.Contains(stderr, "no recorded source folder: pass --to DIR") {
+		t.Fatalf("apply without --to nor a recorded folder, through a server: %d %q", code, stderr)
 	}
 }
 

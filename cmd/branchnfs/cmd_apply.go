@@ -36,11 +36,13 @@ type applyOptions struct {
 func newApplyCommand(g *globalOptions) *cobra.Command {
 	opts := &applyOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "apply NAME --to DIR [--dry-run] [--since LABEL] | apply NAME --to REPO --git-branch REF",
+		Use:   "apply NAME [--to DIR] [--dry-run] [--since LABEL] | apply NAME [--to REPO] --git-branch REF",
 		Short: "Write what branch NAME changed since its fork into a folder, three-way safe",
 		Long: `Write what branch NAME changed since its fork (or since its checkpoint
 LABEL with --since) into the folder DIR: content, modes, symlinks, new
-and removed directories, deletions and mtimes.
+and removed directories, deletions and mtimes. DIR defaults to the
+folder main was imported from (init or serve --from), which the store
+records.
 
 It is a three-way apply: every path the branch changed must still hold
 its state at the fork in DIR (or already the branch's). Any other path
@@ -64,7 +66,7 @@ in its own .git.`,
 			return runApply(cmd.Context(), opts)
 		},
 	}
-	cmd.Flags().StringVar(&opts.To, "to", "", "the folder to apply to")
+	cmd.Flags().StringVar(&opts.To, "to", "", "the folder to apply to (default: the folder main was imported from)")
 	cmd.Flags().BoolVar(&opts.DryRun, "dry-run", false, "list the changes and conflicts, write nothing")
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&opts.Since, "since", "", "apply the changes since this checkpoint of NAME instead of since the fork")
@@ -85,7 +87,14 @@ type applyResult struct {
 
 func runApply(ctx context.Context, o *applyOptions) error {
 	if o.To == "" {
-		return usagef("no recorded source folder: pass --to DIR")
+		dir, err := recordedSourceDir(ctx, o.globalOptions)
+		if err != nil {
+			return err
+		}
+		if dir == "" {
+			return usagef("no recorded source folder: pass --to DIR")
+		}
+		o.To = dir
 	}
 	if o.GitBranch != "" {
 		return runApplyGit(ctx, o)
@@ -153,6 +162,21 @@ func runApply(ctx context.Context, o *applyOptions) error {
 		}
 		return o.printApply(res)
 	})
+}
+
+// recordedSourceDir returns the folder main was imported from: from the
+// running server's status, else from the store; "" when none is
+// recorded.
+func recordedSourceDir(ctx context.Context, g *globalOptions) (dir string, err error) {
+	err = withBackend(ctx, g, func(b *backend) error {
+		if b.client != nil {
+			dir = b.status.SourceDir
+			return nil
+		}
+		dir, err = b.store.mgr.SourceDir(ctx)
+		return err
+	})
+	return dir, err
 }
 
 // readChangeSet returns branch name's deltas since its fork (or its

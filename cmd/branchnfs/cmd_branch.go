@@ -141,7 +141,7 @@ func runCommit(ctx context.Context, o *nameOptions) error {
 		if res.FastPath {
 			fmt.Fprintf(o.stdout, "committed %s into %s (fast path: the parent had not changed)\n", res.Branch, res.Parent)
 		} else {
-			fmt.Fprintf(o.stdout, "committed %s into %s (merged %d change(s))\n", res.Branch, res.Parent, res.Changes)
+			fmt.Fprintf(o.stdout, "committed %s into %s (merged %d path(s))\n", res.Branch, res.Parent, res.MergedPaths)
 		}
 		if len(res.Invalidated) > 0 {
 			fmt.Fprintf(o.stdout, "invalidated: %s\n", strings.Join(res.Invalidated, ", "))

@@ -145,7 +145,8 @@ func doctor(ctx context.Context, o *doctorOptions) doctorReport {
 
 	svc, svcArgs := o.checkService(ctx)
 	add(svc)
-	dir, err := o.storeDir()
+	// Unchecked: the store-dir check below says what is unsafe about it.
+	dir, err := o.storePath()
 	if err != nil {
 		add(doctorCheck{Name: "store", Status: checkFail, Detail: err.Error(), Fix: "give the store with --store DIR or $BRANCHNFS_STORE"})
 		return finishDoctor(rep)
@@ -245,11 +246,19 @@ func (o *doctorOptions) checkService(ctx context.Context) (doctorCheck, []string
 	return c, args
 }
 
-// checkStoreDir: the store directory must be the user's alone, as the
-// server creates it (0700): anyone who can write in it can replace the
-// database or the control token.
+// checkStoreDir: the store directory, and every one above it, must be
+// such that no other user can change them (checkStorePath, which every
+// command applies): anyone who can rename entries in it can replace the
+// database, the control socket or the control token.
 func checkStoreDir(dir string) doctorCheck {
 	c := doctorCheck{Name: "store-dir"}
+	if err := checkStorePath(dir); err != nil {
+		c.Status, c.Detail, c.Fix = checkFail, err.Error(), "make "+dir+" readable by you"
+		if u, ok := errors.AsType[*unsafeStoreError](err); ok {
+			c.Detail, c.Fix = u.Problem, u.Fix
+		}
+		return c
+	}
 	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		c.Status, c.Detail = checkWarn, dir+" does not exist yet"
@@ -260,28 +269,8 @@ func checkStoreDir(dir string) doctorCheck {
 		c.Status, c.Detail, c.Fix = checkFail, err.Error(), "make "+dir+" readable by you"
 		return c
 	}
-	if err := storeDirPermProblem(dir, fi); err != "" {
-		c.Status, c.Detail, c.Fix = checkFail, err, "chmod 700 "+shellQuote(dir)
-		return c
-	}
-	c.Status, c.Detail = checkOK, fmt.Sprintf("%s, mode %04o, yours", dir, fi.Mode().Perm())
+	c.Status, c.Detail = checkOK, fmt.Sprintf("%s, mode %04o, no other user can change it", dir, fi.Mode().Perm())
 	return c
-}
-
-// storeDirPermProblem says what is wrong with the store directory's owner
-// or mode, "" if nothing.
-func storeDirPermProblem(dir string, fi os.FileInfo) string {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Sprintf("%s belongs to uid %d, not to you (uid %d)", dir, st.Uid, os.Geteuid())
-	}
-	if m := fi.Mode().Perm(); m&0o022 != 0 {
-		who := "every user"
-		if m&0o002 == 0 {
-			who = "its group"
-		}
-		return fmt.Sprintf("%s is writable by %s (mode %04o): they could replace the store or its control token", dir, who, m)
-	}
-	return ""
 }
 
 func (o *doctorOptions) checkDisk(dir string) doctorCheck {

@@ -23,8 +23,8 @@ func TestDoctorStoreDir(t *testing.T) {
 		detail string
 	}{
 		{"private", 0o700, checkOK, "mode 0700"},
-		{"world-writable", 0o777, checkFail, "writable by every user"},
-		{"group-writable", 0o770, checkFail, "writable by its group"},
+		{"world-writable", 0o777, checkFail, "is writable by other users (mode 0777)"},
+		{"group-writable", 0o770, checkFail, "is writable by other users (mode 0770)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -32,25 +32,46 @@ func TestDoctorStoreDir(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := checkStoreDir(dir)
-			if c.Status != tt.status || !strings.Contains(c.Detail, tt.detail) || (tt.status == checkFail && !strings.Contains(c.Fix, "chmod 700")) {
+			if c.Status != tt.status || !strings.Contains(c.Detail, tt.detail) || (tt.status == checkFail && !strings.Contains(c.Fix, "chmod go-w "+dir)) {
 				t.Fatalf("%+v", c)
 			}
 		})
 	}
-	t.Run("another user's", func(t *testing.T) {
-		testbin.NeedRoot(t, "chown the store to another user")
-		dir := t.TempDir()
-		os.Chmod(dir, 0o700)
-		if err := os.Chown(dir, 1000, 1000); err != nil {
-			t.Fatal(err)
-		}
-		if c := checkStoreDir(dir); c.Status != checkFail || !strings.Contains(c.Detail, "belongs to uid 1000") {
-			t.Fatalf("%+v", c)
-		}
-	})
+	// A store that does not exist yet, under a directory others can write.
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o777)
+	if c := checkStoreDir(filepath.Join(open, "s")); c.Status != checkFail || !strings.Contains(c.Detail, "above the store, is writable by other users") {
+		t.Fatalf("store under a world-writable directory: %+v", c)
+	}
 	if c := checkStoreDir(filepath.Join(t.TempDir(), "none")); c.Status != checkWarn {
 		t.Fatalf("missing store: %+v", c)
 	}
+}
+
+// doctor fails a store directory of another user, as every command
+// refuses it. Run as a user who is not root (root administers the stores
+// of others).
+func TestDoctorStoreDirOfAnotherUser(t *testing.T) {
+	if os.Geteuid() == 0 {
+		alien := filepath.Join(testbin.SharedTempDir(t, "bnfs-alien"), "alien")
+		if err := os.Mkdir(alien, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(alien, testbin.UnprivilegedUID+1, testbin.UnprivilegedUID+1); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(foreignDirEnv, alien)
+	}
+	testbin.PassesUnprivileged(t, "TestDoctorStoreDirOfAnotherUser", "TestDoctorStoreDirOfAnotherUser", func(t *testing.T) {
+		foreign := os.Getenv(foreignDirEnv)
+		testbin.Prerequisite(t, foreign != "", "no directory of another user", "run the tests as root, which makes one")
+		if c := checkStoreDir(foreign); c.Status != checkFail || !strings.Contains(c.Detail, fmt.Sprintf("is owned by uid %d", testbin.UnprivilegedUID+1)) || !strings.Contains(c.Fix, "chown") {
+			t.Fatalf("%+v", c)
+		}
+	})
 }
 
 func TestDoctorDisk(t *testing.T) {
@@ -379,7 +400,7 @@ func TestDoctorAsUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, text, stderr := runAs(t, bin, env, "doctor", "--store", store)
-	if code != exitError || !strings.Contains(text, "[fail] store-dir") || !strings.Contains(text, "fix: chmod 700") || !strings.Contains(stderr, "check failed") {
+	if code != exitError || !strings.Contains(text, "[fail] store-dir") || !strings.Contains(text, "fix: run `chmod go-w "+store) || !strings.Contains(stderr, "check failed") {
 		t.Fatalf("doctor on a world-writable store: %d %q %q", code, text, stderr)
 	}
 	os.Chmod(store, 0o700)

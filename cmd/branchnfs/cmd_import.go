@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/branchnfs/branchnfs/branches"
@@ -43,7 +47,8 @@ only main has is kept.
 Live children of main (agents at work) make it refuse unless --force:
 with --force they stay live and keep seeing main as at their fork, and
 their later commits merge with the update (a path both changed is a
-conflict). It opens the store itself: stop a running server first.`,
+conflict). With a server running, the server runs the update (the
+folder is then read by the server's user).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runImport(cmd.Context(), opts)
@@ -78,8 +83,23 @@ func runImport(ctx context.Context, o *importOptions) error {
 		return err
 	}
 	if c, _, err := control.Dial(ctx, control.SocketPath(dir), dialTimeout); err == nil {
-		c.Close()
-		return fmt.Errorf("%w: a server runs on %s, and import --update opens the store itself: stop the server, run it, and start the server again", errStoreBusy, dir)
+		// The server runs the update: it holds the store.
+		defer c.Close()
+		req := control.ImportUpdateRequest{Force: o.Force}
+		if o.From != "" {
+			if req.From, err = filepath.Abs(o.From); err != nil {
+				return err
+			}
+		}
+		var res importResult
+		if err := c.ImportUpdate(ctx, req, &res); err != nil {
+			// The API carries the children, not the advice.
+			if hc, ok := errors.AsType[*branches.HasChildrenError](err); ok && hc.Branch == "main" {
+				return childrenRefusal(hc.Children)
+			}
+			return err
+		}
+		return o.printImport(res)
 	}
 	s, err := openStore(ctx, dir, openOptions{})
 	if err != nil {
@@ -92,6 +112,44 @@ func runImport(ctx context.Context, o *importOptions) error {
 	if err != nil {
 		return err
 	}
+	return o.printImport(res)
+}
+
+// serverImportUpdate runs import --update in serve, for the control API
+// (POST /v1/import/update): one update at a time, its summary logged;
+// sourceDir, the status's source folder, follows a new --from.
+func serverImportUpdate(s *openedStore, sourceDir *atomic.Pointer[string], logger *slog.Logger) control.ImportUpdater {
+	var mu sync.Mutex // one update at a time
+	return func(ctx context.Context, req control.ImportUpdateRequest) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		o := &importOptions{globalOptions: &globalOptions{stdout: io.Discard, stderr: io.Discard}, Update: true, From: req.From, Force: req.Force}
+		res, err := updateMain(ctx, s, o)
+		if err != nil {
+			if ue, ok := errors.AsType[*usageError](err); ok {
+				err = fmt.Errorf("%w: %s", control.ErrBadRequest, ue.msg)
+			}
+			return nil, err
+		}
+		if req.From != "" {
+			src := res.Source
+			sourceDir.Store(&src)
+		}
+		logger.Info("import --update", "source", res.Source, "added", res.Added, "modified", res.Modified, "deleted", res.Deleted,
+			"unchanged", res.Unchanged, "read", res.Hashed, "took_ms", res.TookMS)
+		return res, nil
+	}
+}
+
+// childrenRefusal is the refusal of an update while main has the live
+// children kids.
+func childrenRefusal(kids []string) error {
+	return fmt.Errorf("%w; their agents would not see the update, and their commits would merge with it: pass --force to update main anyway (they keep their snapshot), or commit or abort them first",
+		&branches.HasChildrenError{Branch: "main", Children: kids})
+}
+
+// printImport prints an update's summary.
+func (o *importOptions) printImport(res importResult) error {
 	if o.JSON {
 		return writeJSON(o.stdout, res)
 	}
@@ -173,8 +231,7 @@ func updateMain(ctx context.Context, s *openedStore, o *importOptions) (importRe
 		}
 	}
 	if len(kids) > 0 && !o.Force {
-		return res, fmt.Errorf("%w; their agents would not see the update, and their commits would merge with it: pass --force to update main anyway (they keep their snapshot), or commit or abort them first",
-			&branches.HasChildrenError{Branch: "main", Children: kids})
+		return res, childrenRefusal(kids)
 	}
 	res.Children = kids
 	cache, err := importdir.LoadCache(ctx, s.kv)

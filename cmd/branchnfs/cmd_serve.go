@@ -201,6 +201,15 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		}
 	}
 
+	// The folder main was imported from, for the status (which is read
+	// from memory; a later import --update through the server may change it).
+	var sourceDir atomic.Pointer[string]
+	if d, err := s.mgr.SourceDir(ctx); err != nil {
+		logger.Warn("cannot read the source folder; apply will need --to", "err", err)
+	} else {
+		sourceDir.Store(&d)
+	}
+
 	// GOMAXPROCS in the environment is the user's choice of processors.
 	adapt := o.AdaptProcs && os.Getenv("GOMAXPROCS") == ""
 	nfs, err := nfsserver.New(nfsserver.Options{Branches: s.mgr, Logger: logger, AllowUIDs: allowedUIDs(dir), AdaptProcs: adapt})
@@ -240,14 +249,18 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 			if m := mounted.Load(); m != nil {
 				st.Mount = *m
 			}
+			if d := sourceDir.Load(); d != nil {
+				st.SourceDir = *d
+			}
 			st.HeapLive = heapLive()
 			st.Branches = s.mgr.Metrics()
 			return st
 		},
-		Logger: logger,
-		Runner: jobRunner(o, s.mgr, dir, &mounted, logger),
-		InUse:  nfs.BranchUsers,
-		Mounts: mcpMount(logger),
+		Logger:       logger,
+		Runner:       jobRunner(o, s.mgr, dir, &mounted, logger),
+		InUse:        nfs.BranchUsers,
+		Mounts:       mcpMount(logger),
+		ImportUpdate: serverImportUpdate(s, &sourceDir, logger),
 	})
 	if err != nil {
 		ln.Close()

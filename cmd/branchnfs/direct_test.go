@@ -49,6 +49,11 @@ func TestDirectMode(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &cr) != nil || cr.Parent != "main" || len(cr.Invalidated) != 1 || cr.Invalidated[0] != "b2" {
 		t.Fatalf("commit --json: %d %q", code, out)
 	}
+	// b1 brought nothing: the answer counts merged paths, and claims no
+	// "changes" count it did not make.
+	if strings.Contains(out, `"changes"`) || !strings.Contains(out, `"merged_paths": 0`) {
+		t.Fatalf("commit --json: %q, want merged_paths 0 and no changes count", out)
+	}
 	if code, _, stderr := runCLI(t, append([]string{"commit", "b2"}, s...)...); code != exitInvalidated || !strings.Contains(stderr, "commit of b1") {
 		t.Fatalf("commit of invalidated: %d %q", code, stderr)
 	}

@@ -10,9 +10,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/branchnfs/branchnfs/cowfs/importdir"
 	"github.com/branchnfs/branchnfs/internal/testbin"
+	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
 
 // readMain returns the content of every regular file of main, by path.
@@ -196,4 +198,77 @@ func TestImportUsage(t *testing.T) {
 	if code, out, _ := runCLI(t, "import", "--update", "--store", store); code != 0 || !strings.Contains(out, "updated main from "+src) {
 		t.Fatalf("import --update after --from: %d %q", code, out)
 	}
+}
+
+// TestImportUpdateThroughServer: with a server running, import --update
+// runs in the server through the control API, with the same refusal of
+// live children, the same summary, and --from recorded (the status's
+// source_dir follows). Run as a user who is not root.
+func TestImportUpdateThroughServer(t *testing.T) {
+	testbin.Unprivileged(t, "TestImportUpdateThroughServer", func(t *testing.T) {
+		store := filepath.Join(shortTempDir(t), "s")
+		base := t.TempDir()
+		src := filepath.Join(base, "src")
+		for _, f := range []string{"a.txt", "b.txt", "gone.txt"} {
+			os.MkdirAll(src, 0o755)
+			if err := os.WriteFile(filepath.Join(src, f), []byte(f+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if code, _, stderr := runCLI(t, "init", "--from", src, "--store", store); code != 0 {
+			t.Fatalf("init --from: %d %s", code, stderr)
+		}
+		startServe(t, store)
+		os.WriteFile(filepath.Join(src, "a.txt"), []byte("a, edited\n"), 0o644)
+		os.WriteFile(filepath.Join(src, "new.txt"), []byte("new\n"), 0o644)
+		os.Remove(filepath.Join(src, "gone.txt"))
+		if code, _, _ := runCLI(t, "fork", "main", "agent", "--store", store); code != 0 {
+			t.Fatal("fork")
+		}
+		code, _, stderr := runCLI(t, "import", "--update", "--store", store)
+		if code != exitHasChildren || !strings.Contains(stderr, "agent") || !strings.Contains(stderr, "--force") {
+			t.Fatalf("import --update with a live child, through the server: %d %q", code, stderr)
+		}
+		code, out, stderr := runCLI(t, "import", "--update", "--force", "--json", "--store", store)
+		var r importResult
+		if code != 0 || json.Unmarshal([]byte(out), &r) != nil {
+			t.Fatalf("import --update --force through the server: %d %q %q", code, out, stderr)
+		}
+		got := map[string]string{}
+		for _, p := range r.Paths {
+			got[p.Path] = p.Kind
+		}
+		want := map[string]string{"a.txt": importdir.Modified, "new.txt": importdir.Added, "gone.txt": importdir.Deleted}
+		if !reflect.DeepEqual(got, want) || r.Source != src || !reflect.DeepEqual(r.Children, []string{"agent"}) {
+			t.Fatalf("summary %+v, want changes %v", r, want)
+		}
+		exported := filepath.Join(t.TempDir(), "main")
+		if code, _, _ := runCLI(t, "export", "main", exported, "--store", store); code != 0 {
+			t.Fatal("export main")
+		}
+		if m, f := readFolder(t, exported), readFolder(t, src); !reflect.DeepEqual(m, f) {
+			t.Fatalf("main after the update differs from the folder:\n%v\n%v", m, f)
+		}
+
+		// --from, relative to the client's directory, is recorded.
+		other := filepath.Join(base, "other")
+		os.Mkdir(other, 0o755)
+		os.WriteFile(filepath.Join(other, "o.txt"), []byte("o\n"), 0o644)
+		t.Chdir(base)
+		code, out, stderr = runCLI(t, "import", "--update", "--force", "--from", "other", "--store", store)
+		if code != 0 || !strings.Contains(out, "updated main from "+other) || !strings.Contains(out, "1 added") {
+			t.Fatalf("import --update --from other through the server: %d %q %q", code, out, stderr)
+		}
+		c, st, err := control.Dial(context.Background(), control.SocketPath(store), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if st.SourceDir != other {
+			t.Fatalf("status source_dir %q after --from, want %q", st.SourceDir, other)
+		}
+		if code, _, stderr := runCLI(t, "import", "--update", "--from", filepath.Join(base, "nosuch"), "--store", store); code == 0 || !strings.Contains(stderr, "nosuch") {
+			t.Fatalf("import --update --from a missing folder: %d %q", code, stderr)
+		}
+	})
 }

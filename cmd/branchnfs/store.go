@@ -61,8 +61,21 @@ func (o *globalOptions) AddFlags(cmd *cobra.Command) {
 		"store directory (default $BRANCHNFS_STORE, else "+defaultStoreHint+")")
 }
 
-// storeDir returns the absolute store directory.
+// storeDir returns the absolute store directory, refused (checkStorePath)
+// when another user could change it.
 func (o *globalOptions) storeDir() (string, error) {
+	dir, err := o.storePath()
+	if err != nil {
+		return "", err
+	}
+	if err := checkStorePath(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// storePath returns the absolute store directory, unchecked.
+func (o *globalOptions) storePath() (string, error) {
 	dir := o.Store
 	if dir == "" {
 		dir = os.Getenv("BRANCHNFS_STORE")
@@ -74,19 +87,25 @@ func (o *globalOptions) storeDir() (string, error) {
 		}
 		dir = d
 	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	if err := checkStorePath(dir); err != nil {
-		return "", err
-	}
-	return dir, nil
+	return filepath.Abs(dir)
 }
 
 // errUnsafeStore is matched by the error of a store directory that another
 // user could change.
 var errUnsafeStore = errors.New("unsafe store directory")
+
+// unsafeStoreError is checkStorePath's error: what is wrong, and the fix.
+type unsafeStoreError struct {
+	Dir     string // the store
+	Problem string // e.g. "/s is writable by other users (mode 0777), who could ..."
+	Fix     string // what to do about it
+}
+
+func (e *unsafeStoreError) Error() string {
+	return fmt.Sprintf("%v %s: %s; %s", errUnsafeStore, e.Dir, e.Problem, e.Fix)
+}
+
+func (e *unsafeStoreError) Unwrap() error { return errUnsafeStore }
 
 // checkStorePath refuses a store directory that another user could change,
 // as ssh refuses such a ~/.ssh: whoever may rename entries in the store or
@@ -115,7 +134,7 @@ func checkStorePath(dir string) error {
 	for p := existing; ; p = filepath.Dir(p) {
 		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
 			if o := fileOwner(fi); o != uid && o != 0 {
-				return fmt.Errorf("%w %s: the symbolic link %s on its path is owned by uid %d, who can point it elsewhere; %s", errUnsafeStore, dir, p, o, fix)
+				return &unsafeStoreError{dir, fmt.Sprintf("the symbolic link %s on its path is owned by uid %d, who can point it elsewhere", p, o), fix}
 			}
 		}
 		if filepath.Dir(p) == p {
@@ -141,10 +160,10 @@ func checkStorePath(dir string) error {
 			if store {
 				howto = fmt.Sprintf("run `chown %d %s` as root, or %s", uid, p, fix)
 			}
-			return fmt.Errorf("%w %s: %s is owned by uid %d, who could replace the store's control.sock or db/; %s", errUnsafeStore, dir, what, o, howto)
+			return &unsafeStoreError{dir, fmt.Sprintf("%s is owned by uid %d, who could replace the store's control.sock or db/", what, o), howto}
 		}
 		if perm := fi.Mode().Perm(); perm&0o022 != 0 && (store || fi.Mode()&os.ModeSticky == 0) {
-			return fmt.Errorf("%w %s: %s is writable by other users (mode %04o), who could replace the store's control.sock or db/; run `chmod go-w %s`, or %s", errUnsafeStore, dir, what, perm, p, fix)
+			return &unsafeStoreError{dir, fmt.Sprintf("%s is writable by other users (mode %04o), who could replace the store's control.sock or db/", what, perm), fmt.Sprintf("run `chmod go-w %s`, or %s", p, fix)}
 		}
 		if filepath.Dir(p) == p {
 			return nil

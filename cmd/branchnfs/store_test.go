@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,34 +23,48 @@ import (
 // control socket, then stops it, and returns its exit code and stderr.
 func serveBriefly(t *testing.T, store string, args ...string) (int, string) {
 	t.Helper()
+	return startServe(t, store, args...)()
+}
+
+// startServe runs `branchnfs serve` in-process until it answers on its
+// control socket (or exits early); stop stops it and returns its exit
+// code and stderr. The test's end stops it too.
+func startServe(t *testing.T, store string, args ...string) (stop func() (int, string)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var o, e bytes.Buffer
-	done := make(chan int)
+	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, append([]string{"serve", "--store", store, "--listen", "127.0.0.1:0"}, args...), &o, &e)
 	}()
+	var once sync.Once
+	var code int
+	stop = func() (int, string) {
+		once.Do(func() {
+			cancel()
+			code = <-done
+			t.Logf("branchnfs serve %s -> %d\n%s%s", strings.Join(args, " "), code, o.String(), e.String())
+		})
+		return code, e.String()
+	}
+	t.Cleanup(func() { stop() })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
-		case code := <-done:
-			t.Logf("serve exited early: %d\n%s%s", code, o.String(), e.String())
-			return code, e.String()
+		case c := <-done:
+			done <- c
+			return stop
 		default:
 		}
 		if c, _, err := control.Dial(ctx, control.SocketPath(store), 200*time.Millisecond); err == nil {
 			c.Close()
-			break
+			return stop
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("serve did not start:\n%s%s", o.String(), e.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	code := <-done
-	t.Logf("branchnfs serve %s -> %d\n%s%s", strings.Join(args, " "), code, o.String(), e.String())
-	return code, e.String()
 }
 
 // A plain serve after an interrupted import keeps the marker and says how

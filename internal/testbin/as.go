@@ -18,6 +18,13 @@ const UnprivilegedUID = 54321
 // combined output. It needs root.
 func RunTestAs(t *testing.T, uid uint32, test string, env ...string) ([]byte, error) {
 	t.Helper()
+	return CommandAs(t, uid, test, env...).CombinedOutput()
+}
+
+// CommandAs is the command RunTestAs runs, not started: for a test that
+// talks to it while it runs.
+func CommandAs(t *testing.T, uid uint32, test string, env ...string) *exec.Cmd {
+	t.Helper()
 	bin := filepath.Join(SharedTempDir(t, "bnfs-as"), filepath.Base(os.Args[0]))
 	b, err := os.ReadFile(os.Args[0])
 	if err != nil {
@@ -29,7 +36,7 @@ func RunTestAs(t *testing.T, uid uint32, test string, env ...string) ([]byte, er
 	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.v", "-test.count=1")
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	return cmd.CombinedOutput()
+	return cmd
 }
 
 // Unprivileged runs fn as a user who is not root: directly when the tests

@@ -19,6 +19,7 @@
 //	POST /v1/branches/{name}/abort           branches.AbortResult
 //	POST /v1/branches/{name}/checkpoints     {"label"} -> 201 branches.Checkpoint
 //	POST /v1/branches/{name}/restore         {"label"} -> RestoreResult
+//	POST /v1/import/update                   {"from","force"} -> the summary of import --update (importupdate.go)
 //	POST /v1/branches/{name}/files/OP        file operations without a mount (files.go):
 //	                                         read, write, edit, list, search, delete, move
 //

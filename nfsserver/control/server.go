@@ -72,6 +72,9 @@ type Status struct {
 	// Branches holds the branch manager's counters of background work
 	// (reclaim passes, reclaimed layers and blocks, folded layers).
 	Branches any `json:"branches,omitempty"`
+	// SourceDir is the folder main was imported from, where apply
+	// writes by default; "" when none is recorded.
+	SourceDir string `json:"source_dir,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/branches.
@@ -130,6 +133,9 @@ type ServerOptions struct {
 	// token; each maker gets a client that reaches this server in-process
 	// (LocalClient). The MCP endpoint, /v1/mcp, is mounted so.
 	Mounts map[string]func(local *Client) http.Handler
+	// ImportUpdate runs POST /v1/import/update (import --update while the
+	// server runs); nil: the endpoint answers that this server cannot.
+	ImportUpdate ImportUpdater
 }
 
 // ChangeRequest is the optional body of the commit and abort endpoints.
@@ -250,6 +256,7 @@ func (s *Server) Handler() http.Handler {
 	s.jobRoutes(mux)
 	s.metaRoutes(mux)
 	mux.HandleFunc("POST /v1/gc", s.gc)
+	mux.HandleFunc("POST /v1/import/update", s.importUpdate)
 	s.spaceRoutes(mux)
 	s.fileRoutes(mux)
 	for pattern, h := range s.mounts {

@@ -288,9 +288,51 @@ func TestBranchAndFileTools(t *testing.T) {
 			t.Errorf("diff: %s is %q, want %s (diff %v)", p, got[p], k, got)
 		}
 	}
+	// The same changes as a git patch, whole and cut.
+	var pd struct {
+		Patch          string `json:"patch"`
+		PatchTruncated bool   `json:"patch_truncated"`
+	}
+	res := call(t, cs, "diff", map[string]any{"branch": "feature", "patch": true}, &pd)
+	for _, want := range []string{
+		"diff --git a/src/main.go b/src/main.go\n",
+		"-func main() { println(\"hello\") }\n+func main() { println(\"bye\") }\n",
+		"diff --git a/pkg/new/new.go b/pkg/new/new.go\nnew file mode 100644\n",
+		"diff --git a/data/bin.dat b/data/bin.dat\ndeleted file mode 100644\n",
+		"GIT binary patch",
+	} {
+		if !strings.Contains(pd.Patch, want) || !strings.Contains(text(res), want) {
+			t.Fatalf("diff with patch lacks %q:\n%s", want, pd.Patch)
+		}
+	}
+	if pd.PatchTruncated {
+		t.Fatalf("a %d-byte patch is cut at the default bound", len(pd.Patch))
+	}
+	var cut struct {
+		Patch          string `json:"patch"`
+		PatchTruncated bool   `json:"patch_truncated"`
+	}
+	call(t, cs, "diff", map[string]any{"branch": "feature", "patch": true, "patch_limit": 100}, &cut)
+	if !cut.PatchTruncated || len(cut.Patch) > 100 || !strings.HasSuffix(cut.Patch, "\n") || !strings.HasPrefix(pd.Patch, cut.Patch) {
+		t.Fatalf("patch cut at 100 bytes: truncated %v, %d bytes %q", cut.PatchTruncated, len(cut.Patch), cut.Patch)
+	}
+	cut.Patch, cut.PatchTruncated = "", false
+	call(t, cs, "diff", map[string]any{"branch": "feature", "patch": true, "patch_limit": len(pd.Patch)}, &cut)
+	if cut.PatchTruncated || cut.Patch != pd.Patch {
+		t.Fatalf("a patch of exactly patch_limit bytes: truncated %v, %d of %d bytes", cut.PatchTruncated, len(cut.Patch), len(pd.Patch))
+	}
+	wantError(t, cs, "bad_request", "diff", map[string]any{"branch": "feature", "since": "v1"})
+	wantError(t, cs, "bad_request", "diff", map[string]any{"branch": "feature", "patch": true, "patch_limit": 1 << 30})
+
 	var cp struct{ Branch, Label string }
 	call(t, cs, "checkpoint", map[string]any{"branch": "feature", "label": "v1"}, &cp)
 	call(t, cs, "file_write", map[string]any{"branch": "feature", "path": "scratch.txt", "content": "oops"}, nil)
+	pd.Patch = ""
+	call(t, cs, "diff", map[string]any{"branch": "feature", "patch": true, "since": "v1"}, &pd)
+	if !strings.HasPrefix(pd.Patch, "diff --git a/scratch.txt b/scratch.txt\nnew file mode 100644\n") || strings.Count(pd.Patch, "diff --git") != 1 {
+		t.Fatalf("patch since checkpoint v1, want scratch.txt alone:\n%s", pd.Patch)
+	}
+	wantError(t, cs, "not_found", "diff", map[string]any{"branch": "feature", "patch": true, "since": "nosuch"})
 	call(t, cs, "restore", map[string]any{"branch": "feature", "label": "v1"}, nil)
 	wantError(t, cs, "not_found", "file_read", map[string]any{"branch": "feature", "path": "scratch.txt"})
 	var status struct {
@@ -311,11 +353,12 @@ func TestBranchAndFileTools(t *testing.T) {
 		t.Fatalf("live branches: %+v", list)
 	}
 	var commit struct {
-		FastPath bool `json:"fast_path"`
-		Changes  int  `json:"changes"`
+		FastPath    bool `json:"fast_path"`
+		Changes     int  `json:"changes"`
+		MergedPaths *int `json:"merged_paths"`
 	}
 	call(t, cs, "commit", map[string]any{"branch": "feature"}, &commit)
-	if !commit.FastPath || commit.Changes != len(diff.Changes) {
+	if !commit.FastPath || commit.Changes != len(diff.Changes) || commit.MergedPaths == nil || *commit.MergedPaths != 0 {
 		t.Fatalf("commit: %+v, want the fast path with the diff's %d changes", commit, len(diff.Changes))
 	}
 	call(t, cs, "file_read", map[string]any{"branch": "main", "path": "lib/util.go"}, &rd)

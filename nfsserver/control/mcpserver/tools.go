@@ -1,10 +1,14 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/branchnfs/branchnfs/attempt/runner"
 	"github.com/branchnfs/branchnfs/branches"
@@ -16,7 +20,7 @@ func (t *tools) register(s *mcp.Server) {
 	// Branches.
 	addTool(s, "fork", "Fork a new branch from a parent branch (main, or another branch), optionally from one of the parent's checkpoints. The new branch starts as a copy-on-write copy of the parent.", t.fork)
 	addTool(s, "list", "List the branches: name, parent, state (live, committed, aborted, invalidated), bytes changed, checkpoints, live children.", t.list)
-	addTool(s, "diff", "Show what a branch changed since it was forked: each added, modified or deleted path.", t.diff)
+	addTool(s, "diff", "Show what a branch changed since it was forked: each added, modified or deleted path. patch adds the changes as a git patch (git apply applies it to the fork base), cut at patch_limit bytes (patch_truncated says so); since makes the patch the changes since that checkpoint of the branch.", t.diff)
 	addTool(s, "commit", "Commit a branch into its parent. Refused with conflict (and the paths) when the parent changed the same paths, has_children when it has live children, in_use when NFS clients use it (force overrides in_use).", t.commit)
 	addTool(s, "abort", "Abort a branch (and its descendants): its changes are discarded.", t.abort)
 	addTool(s, "checkpoint", "Freeze the current state of a branch under a label, to restore or fork from later.", t.checkpoint)
@@ -124,6 +128,13 @@ type Change struct {
 	Bytes int64  `json:"bytes"`
 }
 
+type DiffIn struct {
+	Branch     string `json:"branch" jsonschema:"the branch's name"`
+	Patch      bool   `json:"patch,omitempty" jsonschema:"also return the changes as a git patch (diff --git, modes, symlinks, binary files as git binary patches; .git left out)"`
+	Since      string `json:"since,omitempty" jsonschema:"with patch: the patch holds the changes since this checkpoint of the branch instead of since its fork (changes still lists those since the fork)"`
+	PatchLimit int    `json:"patch_limit,omitempty" jsonschema:"the most bytes of patch returned (default 256 KiB, at most 4 MiB); a longer patch is cut at a line's end and patch_truncated is set"`
+}
+
 type DiffOut struct {
 	Branch   string   `json:"branch"`
 	Parent   string   `json:"parent,omitempty"`
@@ -131,9 +142,63 @@ type DiffOut struct {
 	Added    int      `json:"added"`
 	Modified int      `json:"modified"`
 	Deleted  int      `json:"deleted"`
+	// The patch, when asked.
+	Since          string `json:"since,omitempty" jsonschema:"the checkpoint the patch starts from"`
+	Patch          string `json:"patch,omitempty" jsonschema:"the git patch, when it is valid UTF-8"`
+	PatchBase64    string `json:"patch_base64,omitempty" jsonschema:"the git patch, base64, when it is not valid UTF-8 (text in another encoding)"`
+	PatchTruncated bool   `json:"patch_truncated,omitempty" jsonschema:"the patch was longer than patch_limit and is cut: use since, or the CLI (branchnfs diff NAME --patch), for the rest"`
 }
 
-func (t *tools) diff(ctx context.Context, _ *mcp.CallToolRequest, in BranchIn) (DiffOut, string, error) {
+// errPatchFull stops a patch's stream once its bound is reached.
+var errPatchFull = errors.New("mcpserver: the patch reached its bound")
+
+// boundedBuffer keeps the first max bytes written to it, then fails
+// with errPatchFull.
+type boundedBuffer struct {
+	buf  bytes.Buffer
+	max  int
+	full bool
+}
+
+func (b *boundedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); len(p) > room {
+		b.buf.Write(p[:room])
+		b.full = true
+		return room, errPatchFull
+	}
+	return b.buf.Write(p)
+}
+
+// patch returns branch's git patch (since its checkpoint since, if set),
+// at most limit bytes; a cut patch ends at a line's end.
+func (t *tools) patch(ctx context.Context, branch, since string, limit int) (patch []byte, truncated bool, err error) {
+	switch {
+	case limit == 0:
+		limit = control.DefaultReadLimit
+	case limit < 0 || limit > control.MaxReadLimit:
+		return nil, false, fmt.Errorf("%w: patch_limit %d: give 1 to %d bytes", control.ErrBadRequest, limit, control.MaxReadLimit)
+	}
+	// One byte more than the bound tells a patch of exactly limit bytes
+	// from a longer one.
+	b := &boundedBuffer{max: limit + 1}
+	if _, err := t.c.Patch(ctx, branch, since, b); err != nil && !(b.full && errors.Is(err, errPatchFull)) {
+		return nil, false, err
+	}
+	patch = b.buf.Bytes()
+	if len(patch) <= limit {
+		return patch, false, nil
+	}
+	patch = patch[:limit]
+	if i := bytes.LastIndexByte(patch, '\n'); i >= 0 {
+		patch = patch[:i+1]
+	}
+	return patch, true, nil
+}
+
+func (t *tools) diff(ctx context.Context, _ *mcp.CallToolRequest, in DiffIn) (DiffOut, string, error) {
+	if !in.Patch && (in.Since != "" || in.PatchLimit != 0) {
+		return DiffOut{}, "", fmt.Errorf("%w: since and patch_limit are for the patch: set patch to true", control.ErrBadRequest)
+	}
 	d, err := t.c.Diff(ctx, in.Branch)
 	if err != nil {
 		return DiffOut{}, "", err
@@ -161,6 +226,28 @@ func (t *tools) diff(ctx context.Context, _ *mcp.CallToolRequest, in BranchIn) (
 			text += fmt.Sprintf("\n... and %d more", len(d.Changes)-len(lines))
 		}
 	}
+	if !in.Patch {
+		return out, text, nil
+	}
+	patch, truncated, err := t.patch(ctx, in.Branch, in.Since, in.PatchLimit)
+	if err != nil {
+		return DiffOut{}, "", err
+	}
+	out.Since, out.PatchTruncated = in.Since, truncated
+	what := "patch since the fork"
+	if in.Since != "" {
+		what = "patch since checkpoint " + in.Since
+	}
+	if truncated {
+		what += fmt.Sprintf(", cut at %d bytes (patch_truncated)", len(patch))
+	}
+	if utf8.Valid(patch) {
+		out.Patch = string(patch)
+		text += "\n\n" + what + ":\n" + out.Patch
+	} else {
+		out.PatchBase64 = base64.StdEncoding.EncodeToString(patch)
+		text += "\n\n" + what + ": not UTF-8, in patch_base64"
+	}
 	return out, text, nil
 }
 
@@ -173,7 +260,8 @@ type CommitOut struct {
 	Branch      string   `json:"branch"`
 	Parent      string   `json:"parent"`
 	FastPath    bool     `json:"fast_path" jsonschema:"the parent had not changed: the commit swapped a pointer"`
-	Changes     int      `json:"changes" jsonschema:"the changes the commit brought into the parent (the branch's diff on the fast path)"`
+	Changes     int      `json:"changes" jsonschema:"the changes the commit brought into the parent, as diff counts them (taken just before the commit)"`
+	MergedPaths int      `json:"merged_paths" jsonschema:"the directory entries and files a merge applied; 0 on the fast path, which swaps a pointer"`
 	Invalidated []string `json:"invalidated,omitempty" jsonschema:"siblings invalidated by the commit"`
 }
 
@@ -192,14 +280,14 @@ func (t *tools) commit(ctx context.Context, _ *mcp.CallToolRequest, in ChangeIn)
 	if err != nil {
 		return CommitOut{}, "", err
 	}
-	if res.FastPath {
-		res.Changes = changes
-	}
+	// The diff's count on either path: after a merge, res.Changes counts
+	// merged paths (MergedPaths).
+	res.Changes = changes
 	text := fmt.Sprintf("committed %s into %s (%s)", res.Branch, res.Parent, plural(res.Changes, "change", "changes"))
 	if len(res.Invalidated) > 0 {
 		text += "; invalidated " + strings.Join(res.Invalidated, ", ")
 	}
-	return CommitOut{Branch: res.Branch, Parent: res.Parent, FastPath: res.FastPath, Changes: res.Changes, Invalidated: res.Invalidated}, text, nil
+	return CommitOut{Branch: res.Branch, Parent: res.Parent, FastPath: res.FastPath, Changes: res.Changes, MergedPaths: res.MergedPaths, Invalidated: res.Invalidated}, text, nil
 }
 
 type AbortOut struct {
