@@ -17,6 +17,11 @@ import (
 
 var ignoreKey = []byte{'I'}
 
+// InternalIgnore lists base-name patterns of files the server itself makes
+// in branches (the S3 front end's upload temporaries and staged parts):
+// ignored whatever the store's list says.
+var InternalIgnore = []string{".branchnfs-s3-*"}
+
 // CheckIgnore validates ignore patterns: path.Match syntax, matching base
 // names (no '/').
 func CheckIgnore(patterns []string) error {

@@ -545,6 +545,11 @@ func (m *Manager) Close() error {
 func (m *Manager) Ignore() []string { return append([]string{}, m.opts.Ignore...) }
 
 func (m *Manager) ignore(name string) bool {
+	for _, p := range InternalIgnore {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
 	for _, p := range m.opts.Ignore {
 		if ok, _ := path.Match(p, name); ok {
 			return true
