@@ -37,6 +37,7 @@ type serveOptions struct {
 	Backend     backendFlags
 	LeaseTTL    time.Duration
 	AdaptProcs  bool
+	S3          string // serve --s3 (cmd_s3.go)
 	// WorkdirRoot: testing only, see attemptOptions.WorkdirRoot.
 	WorkdirRoot string
 }
@@ -76,6 +77,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	o.Backend.AddFlags(cmd)
 	cmd.Flags().DurationVar(&o.LeaseTTL, "lease-ttl", 10*time.Second, "with --meta etcd: how long after this server stops answering its branches can be taken over by another server (whole seconds)")
 	cmd.Flags().BoolVar(&o.AdaptProcs, "adapt-procs", true, "use one processor while NFS calls arrive one at a time (less CPU for a client walking or untarring a tree), all of them once calls overlap; off when GOMAXPROCS is set")
+	cmd.Flags().StringVar(&o.S3, "s3", "", "also serve the live branches over S3 on host:port (a bucket is a branch; loopback unless --allow-remote; see branchnfs s3 credentials)")
 	cmd.Flags().StringVar(&o.Reserve, "reserve", "512MiB", "free space to keep on the store's disk: writes fail with ENOSPC before they would use it (0 disables the check; Badger then dies with SIGBUS on a full disk)")
 }
 
@@ -252,6 +254,12 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		cln.Close()
 		return err
 	}
+	s3srv, err := startS3(o, dir, s.mgr, logger)
+	if err != nil {
+		ln.Close()
+		cln.Close()
+		return err
+	}
 	if err := writeServeInfo(dir, serveInfo{Listen: addr.String(), Port: addr.Port, PID: os.Getpid(), Started: started.UTC().Format(time.RFC3339)}); err != nil {
 		logger.Warn("cannot record the listen address", "err", err)
 	}
@@ -269,7 +277,9 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		}
 		return nil
 	})
+	g.Go(s3srv.serve)
 	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start))
+	s3srv.banner(o.stdout)
 	if d := s.backend.describe(); d != "" {
 		fmt.Fprintln(o.stdout, d)
 	}
@@ -292,6 +302,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		// Closing the API first ends its jobs (fence, kill), so that no
 		// attempt keeps the mount busy when it is unmounted.
 		ctl.Close()
+		s3srv.close()
 		unmount()
 		warnMounted(o.stderr, nfs.Mounts())
 		nfs.Close()

@@ -206,6 +206,7 @@ open the store directly when no server runs.`,
 		newExecCommand(opts),
 		newRaceCommand(opts),
 		newBestOfCommand(opts),
+		newS3Command(opts),
 	)
 	return root
 }
