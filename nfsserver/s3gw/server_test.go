@@ -403,3 +403,110 @@ func TestAnonymousAndWrongKeyRefused(t *testing.T) {
 		t.Errorf("wrong secret: %v, want SignatureDoesNotMatch", err)
 	}
 }
+
+func TestMultipartAndCopy(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	mp, err := e.c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("b"), Key: aws.String("m/obj")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1 := bytes.Repeat([]byte{1, 2, 3, 4}, 5<<20/4)
+	p2 := []byte("tail")
+	var parts []types.CompletedPart
+	var sums []byte
+	for i, p := range [][]byte{p1, p2} {
+		out, err := e.c.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String("b"), Key: aws.String("m/obj"), UploadId: mp.UploadId,
+			PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(p)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := md5.Sum(p)
+		sums = append(sums, s[:]...)
+		parts = append(parts, types.CompletedPart{PartNumber: aws.Int32(int32(i + 1)), ETag: out.ETag})
+	}
+	// Staged parts are hidden from listings and from the diff.
+	l, err := e.c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("b")})
+	if err != nil || len(l.Contents) != 0 {
+		t.Fatalf("listing during the upload: %v, %d keys; want none", err, len(l.Contents))
+	}
+	if d, err := e.mgr.Diff(ctx, "b"); err != nil || len(d.Changes) != 0 {
+		t.Fatalf("diff during the upload: %v %v; want nothing", d.Changes, err)
+	}
+	lp, err := e.c.ListParts(ctx, &s3.ListPartsInput{Bucket: aws.String("b"), Key: aws.String("m/obj"), UploadId: mp.UploadId})
+	if err != nil || len(lp.Parts) != 2 {
+		t.Fatalf("ListParts: %v, %d parts", err, len(lp.Parts))
+	}
+	done, err := e.c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("b"), Key: aws.String("m/obj"), UploadId: mp.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := md5.Sum(sums)
+	if got := aws.ToString(done.ETag); got != fmt.Sprintf(`"%x-2"`, want) {
+		t.Errorf("multipart ETag %s, want S3's form %x-2", got, want)
+	}
+	if got := e.get(t, "b", "m/obj"); !bytes.Equal(got, append(append([]byte{}, p1...), p2...)) {
+		t.Fatalf("joined object: %d bytes differ from the parts", len(got))
+	}
+	v, _, _ := e.mgr.View("b")
+	if ents, _ := v.Billy().ReadDir("/"); len(ents) != 1 {
+		t.Errorf("the branch's root holds %d entries after Complete, want only m", len(ents))
+	}
+	if _, err := e.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("main"), Key: aws.String("copied"), CopySource: aws.String("b/m/obj")}); code(err) != "AccessDenied" && err != nil {
+		t.Logf("copy into main: %v", err)
+	}
+	if _, err := e.c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("b"), Key: aws.String("c/copy"), CopySource: aws.String("b/m/obj")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get(t, "b", "c/copy"); len(got) != len(p1)+len(p2) {
+		t.Fatalf("copy holds %d bytes", len(got))
+	}
+	// An aborted upload leaves nothing.
+	mp2, err := e.c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("b"), Key: aws.String("gone")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String("b"), Key: aws.String("gone"), UploadId: mp2.UploadId, PartNumber: aws.Int32(1), Body: bytes.NewReader(p2)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String("b"), Key: aws.String("gone"), UploadId: mp2.UploadId}); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := v.Billy().ReadDir("/"); len(ents) != 2 {
+		t.Errorf("the branch's root holds %d entries after Abort, want m and c", len(ents))
+	}
+}
+
+func TestCreateAndDeleteBucket(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	e.put(t, "b", "from-b", []byte("x"))
+	if _, err := e.c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("child")}, func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, addHeader(s3gw.ParentHeader, "b"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.mgr.Get(ctx, "child")
+	if err != nil || info.Parent != "b" {
+		t.Fatalf("child: %+v %v, want a fork of b", info, err)
+	}
+	if got := e.get(t, "child", "from-b"); string(got) != "x" {
+		t.Errorf("child sees %q", got)
+	}
+	if _, err := e.c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("c2")}); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := e.mgr.Get(ctx, "c2"); info.Parent != "main" {
+		t.Errorf("c2 forked from %q, want main", info.Parent)
+	}
+	if _, err := e.c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("c2")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mgr.Get(ctx, "c2"); err == nil {
+		t.Errorf("c2 still live after DeleteBucket")
+	}
+	if _, err := e.c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("main")}); code(err) != "AccessDenied" {
+		t.Errorf("DeleteBucket main: %v, want AccessDenied", err)
+	}
+}
