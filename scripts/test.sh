@@ -10,6 +10,10 @@ need=()
 command -v nfs-cp >/dev/null 2>&1 || need+=(libnfs-utils)
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 [ -x /usr/bin/python3 ] || need+=(python3) # the Python client's tests run it as a regular user
+# The S3 API's tests run the real clients as a regular user.
+[ -x /usr/bin/aws ] || need+=(awscli)
+[ -x /usr/bin/rclone ] || need+=(rclone)
+/usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || need+=(python3-boto3)
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"
