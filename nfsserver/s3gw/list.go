@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 
@@ -42,15 +43,29 @@ func (b *Backend) list(fsys *cowfs.Billy, bucket, prefix, delim, marker string, 
 	if max < 0 || max > maxListKeys {
 		max = maxListKeys
 	}
-	l := &lister{b: b, fsys: fsys, prefix: prefix, delim: delim, marker: marker, max: max}
 	if max == 0 {
-		return l.out, nil
+		return listing{}, nil
 	}
-	if err := l.walk(""); err != nil {
-		return listing{}, fsErr(bucket, prefix, err)
+	// A walk reads directory after directory; a commit into the branch
+	// swaps its stack of layers at once. A walk that saw the stack change
+	// may have seen part of both sides, so it is redone: a listing shows a
+	// commit whole or not at all.
+	var l *lister
+	for try := 0; try < maxListTries; try++ {
+		before := fsys.Stack()
+		l = &lister{b: b, fsys: fsys, prefix: prefix, delim: delim, marker: marker, max: max}
+		if err := l.walk(""); err != nil {
+			return listing{}, fsErr(bucket, prefix, err)
+		}
+		if slices.Equal(before, fsys.Stack()) {
+			break
+		}
 	}
 	return l.out, nil
 }
+
+// maxListTries bounds the walks of one listing (see list).
+const maxListTries = 8
 
 // add records one item, or notes that the listing is truncated when it
 // holds max already.

@@ -510,3 +510,71 @@ func TestCreateAndDeleteBucket(t *testing.T) {
 		t.Errorf("DeleteBucket main: %v, want AccessDenied", err)
 	}
 }
+
+// TestCommitAppearsWhole lists main in a loop while a branch that wrote
+// many keys in many directories is committed into it (by a merge: main
+// changed meanwhile): every listing shows all of the branch's keys or
+// none.
+func TestCommitAppearsWhole(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	// The branch adds keys to directories main has: a listing of main
+	// reads them one after the other.
+	const dirs, n = 24, 480
+	for i := 0; i < dirs; i++ {
+		e.put(t, "main", fmt.Sprintf("d%02d/base", i), []byte{byte(i)})
+	}
+	if _, err := e.mgr.Fork(ctx, "main", "big"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		e.put(t, "big", fmt.Sprintf("d%02d/k%03d", i%dirs, i), []byte{byte(i)})
+	}
+	// main changes after the fork, so the commit merges.
+	e.put(t, "main", "zz/main-side", []byte("m"))
+	old, want := dirs+1, dirs+1+n
+	stop := make(chan struct{})
+	seen := make(chan []int, 1)
+	go func() {
+		var counts []int
+		defer func() { seen <- counts }()
+		for after := 0; after < 20; {
+			select {
+			case <-stop:
+				after++
+			default:
+			}
+			out, err := e.c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("main")})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			counts = append(counts, len(out.Contents))
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	res, err := e.mgr.Commit(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.FastPath {
+		t.Fatal("the commit took the fast path; the test wants a merge")
+	}
+	close(stop)
+	counts := <-seen
+	var before, after int
+	for _, c := range counts {
+		switch c {
+		case old:
+			before++
+		case want:
+			after++
+		default:
+			t.Fatalf("a listing during the commit saw %d keys: part of the commit (want %d or %d)", c, old, want)
+		}
+	}
+	if after == 0 {
+		t.Fatalf("no listing saw the commit (%d listings before it)", before)
+	}
+	t.Logf("%d listings before the commit, %d after", before, after)
+}
