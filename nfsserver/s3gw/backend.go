@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -52,28 +53,64 @@ func NewBackend(mgr *branches.Manager, logger *slog.Logger) *Backend {
 
 func (b *Backend) String() string { return "branchnfs" }
 
-// view returns the billy filesystem of a live branch.
+// CheckpointSep joins a branch and one of its checkpoints in the name of
+// the checkpoint's read-only bucket: BRANCH--LABEL.
+const CheckpointSep = "--"
+
+// view returns the billy filesystem of a bucket: a live branch, else a
+// checkpoint BRANCH--LABEL of one (read-only; a live branch of that very
+// name wins).
 func (b *Backend) view(bucket string) (*cowfs.Billy, branches.Info, error) {
 	v, info, err := b.mgr.View(bucket)
-	if err != nil {
-		return nil, branches.Info{}, bucketErr(bucket, err)
+	if err == nil {
+		return v.Billy(), info, nil
 	}
-	return v.Billy(), info, nil
+	if br, label, ok := strings.Cut(bucket, CheckpointSep); ok && br != "" && label != "" &&
+		(errors.Is(err, branches.ErrNotFound) || errors.Is(err, branches.ErrInvalidName)) {
+		cv, _, cerr := b.mgr.CheckpointView(context.Background(), br, label)
+		if cerr == nil {
+			return cv.Billy(), branches.Info{Name: bucket, State: branches.StateLive}, nil
+		}
+		if errors.Is(cerr, branches.ErrNotFound) || errors.Is(cerr, branches.ErrInvalidName) {
+			return nil, branches.Info{}, apiErr("NoSuchBucket", http.StatusNotFound,
+				"no live branch %q, nor checkpoint %q of a live branch %q (branchnfs list shows both)", bucket, label, br)
+		}
+		return nil, branches.Info{}, bucketErr(br, cerr)
+	}
+	return nil, branches.Info{}, bucketErr(bucket, err)
+}
+
+// isCheckpoint reports whether bucket names a checkpoint, not a branch.
+func (b *Backend) isCheckpoint(bucket string) bool {
+	if _, _, err := b.mgr.View(bucket); err == nil {
+		return false
+	}
+	_, _, err := b.view(bucket)
+	return err == nil
 }
 
 func hidden(name string) bool { return strings.HasPrefix(name, TempPrefix) }
 
-// ListBuckets lists the live branches, by name.
-func (b *Backend) ListBuckets(_ context.Context, in s3response.ListBucketsInput) (s3response.ListAllMyBucketsResult, error) {
+// ListBuckets lists the live branches and their checkpoints
+// (BRANCH--LABEL), by name.
+func (b *Backend) ListBuckets(ctx context.Context, in s3response.ListBucketsInput) (s3response.ListAllMyBucketsResult, error) {
 	live := b.mgr.Live()
 	out := s3response.ListAllMyBucketsResult{Owner: s3response.CanonicalUser{ID: in.Owner}}
 	var list []s3response.ListAllMyBucketsEntry
 	for _, info := range live {
-		if hidden(info.Name) || strings.HasPrefix(info.Name, ".") || !strings.HasPrefix(info.Name, in.Prefix) {
+		if hidden(info.Name) || strings.HasPrefix(info.Name, ".") {
 			continue // .import-* and such are the server's own
 		}
 		list = append(list, s3response.ListAllMyBucketsEntry{Name: info.Name, CreationDate: info.ForkTime})
+		full, err := b.mgr.Get(ctx, info.Name)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, label := range full.Checkpoints {
+			list = append(list, s3response.ListAllMyBucketsEntry{Name: info.Name + CheckpointSep + label, CreationDate: info.ForkTime})
+		}
 	}
+	list = slices.DeleteFunc(list, func(e s3response.ListAllMyBucketsEntry) bool { return !strings.HasPrefix(e.Name, in.Prefix) })
 	sortBuckets(list)
 	if in.ContinuationToken != "" {
 		i := 0
@@ -170,6 +207,9 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, _ 
 	if err := branches.CheckName(name); err != nil {
 		return apiErr("InvalidBucketName", http.StatusBadRequest, "%q is not a branch name: want 1-64 of A-Z a-z 0-9 . _ -", name)
 	}
+	if strings.Contains(name, CheckpointSep) {
+		return apiErr("InvalidBucketName", http.StatusBadRequest, "%q: names with %q are the read-only buckets of checkpoints (BRANCH%sLABEL); fork a branch named without it", name, CheckpointSep, CheckpointSep)
+	}
 	parent := parentFromContext(ctx)
 	if _, err := b.mgr.Fork(ctx, parent, name); err != nil {
 		switch {
@@ -190,6 +230,9 @@ func (b *Backend) CreateBucket(ctx context.Context, in *s3.CreateBucketInput, _ 
 func (b *Backend) DeleteBucket(ctx context.Context, bucket string) error {
 	if _, _, err := b.view(bucket); err != nil {
 		return err
+	}
+	if b.isCheckpoint(bucket) {
+		return apiErr("AccessDenied", http.StatusForbidden, "bucket %q is a checkpoint: checkpoints are read-only and go with their branch", bucket)
 	}
 	if _, err := b.mgr.Abort(ctx, bucket); err != nil {
 		switch {
@@ -287,11 +330,7 @@ func deref(s *string) string {
 func ptr[T any](v T) *T { return &v }
 
 func sortBuckets(l []s3response.ListAllMyBucketsEntry) {
-	for i := 1; i < len(l); i++ {
-		for j := i; j > 0 && l[j].Name < l[j-1].Name; j-- {
-			l[j], l[j-1] = l[j-1], l[j]
-		}
-	}
+	slices.SortFunc(l, func(a, b s3response.ListAllMyBucketsEntry) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // modTime is the Last-Modified of an object: HTTP dates have whole seconds.

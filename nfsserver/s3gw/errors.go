@@ -49,7 +49,7 @@ func fsErr(bucket, key string, err error) error {
 		return apiErr("NoSuchBucket", http.StatusNotFound, "branch %q was committed, aborted or invalidated during the request", bucket)
 	case syscall.EROFS:
 		return apiErr("AccessDenied", http.StatusForbidden,
-			"branch %q is read-only here (on a shared store main changes only through commits, and a branch only on the server that owns it)", bucket)
+			"bucket %q is read-only: a checkpoint (BRANCH--LABEL) never changes, and on a shared store main changes only through commits and a branch only on the server that owns it", bucket)
 	case syscall.EACCES, syscall.EPERM:
 		return apiErr("AccessDenied", http.StatusForbidden, "%s/%s: permission denied", bucket, key)
 	case syscall.ENOSPC, syscall.EDQUOT:

@@ -578,3 +578,46 @@ func TestCommitAppearsWhole(t *testing.T) {
 	}
 	t.Logf("%d listings before the commit, %d after", before, after)
 }
+
+func TestCheckpointBuckets(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	e.put(t, "b", "f", []byte("v1"))
+	if _, err := e.mgr.Checkpoint(ctx, "b", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, "b", "f", []byte("v2"))
+	if got := e.get(t, "b--v1", "f"); string(got) != "v1" {
+		t.Errorf("checkpoint bucket holds %q, want v1", got)
+	}
+	if got := e.get(t, "b", "f"); string(got) != "v2" {
+		t.Errorf("branch holds %q, want v2", got)
+	}
+	_, err := e.c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("b--v1"), Key: aws.String("g"), Body: strings.NewReader("x")})
+	if code(err) != "AccessDenied" {
+		t.Errorf("put into a checkpoint: %v, want AccessDenied", err)
+	}
+	if _, err := e.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("b--v1"), Key: aws.String("f")}); code(err) != "AccessDenied" {
+		t.Errorf("delete in a checkpoint: %v, want AccessDenied", err)
+	}
+	if _, err := e.c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("b--v1")}); code(err) != "AccessDenied" {
+		t.Errorf("DeleteBucket of a checkpoint: %v, want AccessDenied", err)
+	}
+	if _, err := e.c.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("x--y")}); code(err) != "InvalidBucketName" {
+		t.Errorf("CreateBucket x--y: %v, want InvalidBucketName", err)
+	}
+	if _, err := e.c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String("b--nope")}); code(err) != "NotFound" {
+		t.Errorf("HeadBucket of no checkpoint: %v", err)
+	}
+	lb, err := e.c.ListBuckets(ctx, &s3.ListBucketsInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, b := range lb.Buckets {
+		names = append(names, *b.Name)
+	}
+	if fmt.Sprint(names) != "[b b--v1 main]" {
+		t.Errorf("ListBuckets: %v, want [b b--v1 main]", names)
+	}
+}
