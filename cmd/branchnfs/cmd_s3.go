@@ -76,6 +76,26 @@ type s3Server struct {
 	addr string
 }
 
+// checkS3Flag refuses a --s3 address that is malformed, or not loopback
+// without --allow-remote (then it warns).
+func checkS3Flag(o *serveOptions) error {
+	if o.S3 == "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(o.S3)
+	if err != nil {
+		return usagef("--s3 %q: %v (want host:port, e.g. 127.0.0.1:9000)", o.S3, err)
+	}
+	ip := net.ParseIP(host)
+	if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if !o.AllowRemote {
+			return usagef("--s3 %q is not a loopback address: add --allow-remote if other machines should reach it (requests must be signed with the store's key, but travel unencrypted)", o.S3)
+		}
+		fmt.Fprintf(o.stderr, "branchnfs: WARNING: S3 API on %s: requests are signed but not encrypted (plain HTTP)\n", o.S3)
+	}
+	return nil
+}
+
 // startS3 makes the S3 server of serve --s3 addr (nil without --s3). Port 0
 // picks a free port.
 func startS3(o *serveOptions, dir string, mgr *branches.Manager, logger *slog.Logger) (*s3Server, error) {
@@ -91,13 +111,6 @@ func startS3(o *serveOptions, dir string, mgr *branches.Manager, logger *slog.Lo
 	host, port, err := net.SplitHostPort(o.S3)
 	if err != nil {
 		return nil, usagef("--s3 %q: %v (want host:port, e.g. 127.0.0.1:9000)", o.S3, err)
-	}
-	ip := net.ParseIP(host)
-	if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		if !o.AllowRemote {
-			return nil, usagef("--s3 %q is not a loopback address: add --allow-remote if other machines should reach it (requests must be signed with the store's key, but travel unencrypted)", o.S3)
-		}
-		fmt.Fprintf(o.stderr, "branchnfs: WARNING: S3 API on %s: requests are signed but not encrypted (plain HTTP)\n", o.S3)
 	}
 	if port == "0" {
 		ln, err := net.Listen("tcp", o.S3)

@@ -118,6 +118,9 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if err := checkListen(o.Listen, o.AllowRemote, o.stderr); err != nil {
 		return err
 	}
+	if err := checkS3Flag(o); err != nil {
+		return err
+	}
 	level, err := parseLevel(o.LogLevel)
 	if err != nil {
 		return err
