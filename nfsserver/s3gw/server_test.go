@@ -25,7 +25,7 @@ import (
 )
 
 // freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,7 +44,7 @@ type env struct {
 
 // start serves a fresh store's branches over S3, with branch b forked from
 // main, and returns a client signed with the store's key.
-func start(t *testing.T) *env {
+func start(t testing.TB) *env {
 	t.Helper()
 	mgr := branchestest.NewManager(t, branches.Options{ReclaimDelay: -1})
 	if _, err := mgr.Fork(context.Background(), "main", "b"); err != nil {
