@@ -111,4 +111,3 @@ func BenchmarkCopyObject(b *testing.B) {
 		}
 	}
 }
-
