@@ -259,7 +259,9 @@ func (b *Backend) CompleteMultipartUpload(_ context.Context, in *s3.CompleteMult
 	}
 	etag = strings.Trim(etag, `"`)
 	b.etags.put(a, etag)
-	b.removeAll(fsys, mpuDir(id))
+	if err := b.removeAll(fsys, mpuDir(id)); err != nil {
+		b.logger.Warn("s3: cannot remove a completed upload's parts (hidden; they go with the branch)", "branch", bucket, "path", mpuDir(id), "err", err)
+	}
 	res.Bucket, res.Key, res.ETag = &bucket, &key, ptr(quote(etag))
 	return res, "", nil
 }

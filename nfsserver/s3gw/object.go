@@ -246,7 +246,9 @@ func (b *Backend) writeFile(fsys *cowfs.Billy, bucket, key string, r io.Reader, 
 	renamed := false
 	defer func() {
 		if !renamed {
-			fsys.Remove(tmp)
+			if err := fsys.Remove(tmp); err != nil && !errors.Is(err, syscall.ENOENT) {
+				b.logger.Warn("s3: cannot remove an upload's temporary (hidden; it goes with the branch)", "branch", bucket, "path", tmp, "err", err)
+			}
 		}
 	}()
 	h := md5.New()

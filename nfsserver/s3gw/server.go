@@ -24,7 +24,8 @@ type Options struct {
 	Credentials Credentials
 	// Region is the region clients sign for (default us-east-1).
 	Region string
-	// Logger gets one line per request at debug level... and errors.
+	// Logger gets what the server cannot answer to a client: a temporary
+	// or staging directory it failed to remove.
 	Logger *slog.Logger
 	// MaxConnections bounds the connections served at once (default 256).
 	MaxConnections int
