@@ -46,7 +46,10 @@ func fsErr(bucket, key string, err error) error {
 	case syscall.ENOENT, syscall.ENOTDIR:
 		return s3err.GetAPIError(s3err.ErrNoSuchKey)
 	case syscall.ESTALE:
-		return apiErr("NoSuchBucket", http.StatusNotFound, "branch %q was committed, aborted or invalidated during the request", bucket)
+		// An inode the request had found went away (a concurrent delete
+		// of its directory), or the branch was committed, aborted or
+		// invalidated: clients retry a 503, and the retry finds out.
+		return apiErr("ServiceUnavailable", http.StatusServiceUnavailable, "%s/%s changed during the request (a concurrent delete, or the branch ended): retry", bucket, key)
 	case syscall.EROFS:
 		return apiErr("AccessDenied", http.StatusForbidden,
 			"bucket %q is read-only: a checkpoint (BRANCH--LABEL) never changes, and on a shared store main changes only through commits and a branch only on the server that owns it", bucket)

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/branchnfs/branchnfs/cowfs"
+	"github.com/go-git/go-billy/v5"
 	"github.com/versity/versitygw/backend"
 	"github.com/versity/versitygw/s3err"
 	"github.com/versity/versitygw/s3response"
@@ -231,16 +232,24 @@ func isNoSuchKey(err error) bool {
 // and returns the content's MD5 and the file's attributes.
 func (b *Backend) writeFile(fsys *cowfs.Billy, bucket, key string, r io.Reader, length *int64) ([]byte, cowfs.Attr, error) {
 	dir := path.Dir(key)
-	if err := mkdirAll(fsys, dir); err != nil {
+	tmp := tempName(dir, "put")
+	var f billy.File
+	var err error
+	for try := 0; ; try++ {
+		if err = mkdirAll(fsys, dir); err == nil {
+			f, err = fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		}
+		// A DeleteObject may remove the directory it emptied between
+		// mkdirAll and the create: make it again.
+		if err == nil || try == 3 || !(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE)) {
+			break
+		}
+	}
+	if err != nil {
 		if errors.Is(err, syscall.ENOTDIR) {
 			return nil, cowfs.Attr{}, apiErr("InvalidArgument", http.StatusConflict,
 				"cannot put %s/%s: a parent of the key is a file of the branch", bucket, key)
 		}
-		return nil, cowfs.Attr{}, fsErr(bucket, key, err)
-	}
-	tmp := tempName(dir, "put")
-	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
 		return nil, cowfs.Attr{}, fsErr(bucket, key, err)
 	}
 	renamed := false

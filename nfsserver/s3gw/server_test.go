@@ -621,3 +621,34 @@ func TestCheckpointBuckets(t *testing.T) {
 		t.Errorf("ListBuckets: %v, want [b b--v1 main]", names)
 	}
 }
+
+// TestConcurrentPutsAndDeletes puts and deletes keys of one directory at
+// once: deletes remove the directory they empty, puts make it again, and
+// no request fails.
+func TestConcurrentPutsAndDeletes(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	errs := make(chan error, 8)
+	for w := 0; w < 4; w++ {
+		go func(w int) {
+			var err error
+			for i := 0; i < 50 && err == nil; i++ {
+				key := fmt.Sprintf("shared/dir/w%d", w)
+				if _, err = e.c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("b"), Key: &key, Body: strings.NewReader("x")}); err != nil {
+					break
+				}
+				_, err = e.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("b"), Key: &key})
+			}
+			errs <- err
+		}(w)
+	}
+	for w := 0; w < 4; w++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	v, _, _ := e.mgr.View("b")
+	if ents, err := v.Billy().ReadDir("/"); err != nil || len(ents) != 0 {
+		t.Errorf("the branch holds %d entries after every key was deleted (%v), want none", len(ents), err)
+	}
+}
