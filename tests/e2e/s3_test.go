@@ -275,6 +275,8 @@ func TestS3AbortLeavesNothing(t *testing.T) {
 	if err == nil || !strings.Contains(out, "AccessDenied") {
 		t.Errorf("anonymous listing: %v %q, want AccessDenied", err, out)
 	}
+	// SIGTERM stops the S3 API with the rest, cleanly.
+	e.srv.stop(t)
 }
 
 // TestS3Boto3: ranges, conditional GETs, CopyObject and multipart with
