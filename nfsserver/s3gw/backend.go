@@ -3,7 +3,6 @@ package s3gw
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -335,5 +334,3 @@ func sortBuckets(l []s3response.ListAllMyBucketsEntry) {
 
 // modTime is the Last-Modified of an object: HTTP dates have whole seconds.
 func modTime(a cowfs.Attr) time.Time { return a.Mtime.UTC().Truncate(time.Second) }
-
-func describe(bucket, key string) string { return fmt.Sprintf("%s/%s", bucket, key) }

@@ -77,14 +77,26 @@ func (b *Backend) GetObject(_ context.Context, in *s3.GetObjectInput) (*s3.GetOb
 	if err != nil {
 		return nil, err
 	}
-	a, err := b.statObject(fsys, bucket, key)
-	if err != nil {
+	if _, err := b.statObject(fsys, bucket, key); err != nil {
 		return nil, err
+	}
+	// Open first, then read the attributes of the inode opened: a PUT
+	// renaming a new file onto the key meanwhile cannot mix the old size
+	// with the new content.
+	f, err := fsys.Open(key)
+	if err != nil {
+		return nil, fsErr(bucket, key, err)
+	}
+	a, err := fsys.GetAttr(f.(*cowfs.File).Ino())
+	if err != nil {
+		f.Close()
+		return nil, fsErr(bucket, key, err)
 	}
 	etag := b.etag(fsys, key, a, true)
 	if err := backend.EvaluatePreconditions(etag, modTime(a), backend.PreConditions{
 		IfMatch: in.IfMatch, IfNoneMatch: in.IfNoneMatch, IfModSince: in.IfModifiedSince, IfUnmodeSince: in.IfUnmodifiedSince,
 	}); err != nil {
+		f.Close()
 		return nil, err
 	}
 	size := int64(a.Size)
@@ -92,6 +104,7 @@ func (b *Backend) GetObject(_ context.Context, in *s3.GetObjectInput) (*s3.GetOb
 	var contentRange *string
 	if in.PartNumber != nil {
 		if *in.PartNumber > 1 {
+			f.Close()
 			return nil, s3err.GetInvalidPartNumberRangeErr(1, *in.PartNumber)
 		}
 		if size > 0 {
@@ -100,16 +113,13 @@ func (b *Backend) GetObject(_ context.Context, in *s3.GetObjectInput) (*s3.GetOb
 	} else if in.Range != nil && *in.Range != "" {
 		s, n, ok, err := backend.ParseObjectRange(size, *in.Range)
 		if err != nil {
+			f.Close()
 			return nil, err
 		}
 		if ok {
 			start, length = s, n
 			contentRange = ptr(fmt.Sprintf("bytes %d-%d/%d", s, s+n-1, size))
 		}
-	}
-	f, err := fsys.Open(key)
-	if err != nil {
-		return nil, fsErr(bucket, key, err)
 	}
 	var body io.ReadCloser = &sectionReader{f: f, r: io.NewSectionReader(f.(io.ReaderAt), start, length)}
 	if start == 0 && length == size && !b.etags.known(a) {
@@ -372,13 +382,4 @@ func (b *Backend) DeleteObjects(_ context.Context, in *s3.DeleteObjectsInput) (s
 		res.Deleted = append(res.Deleted, types.DeletedObject{Key: ptr(key)})
 	}
 	return res, nil
-}
-
-// statusOf is the HTTP status of an S3 error (500 for others).
-func statusOf(err error) int {
-	var ae s3err.APIError
-	if errors.As(err, &ae) {
-		return ae.HTTPStatusCode
-	}
-	return http.StatusInternalServerError
 }
