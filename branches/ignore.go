@@ -126,6 +126,22 @@ func (s ignoreSet) match(p string) bool {
 	return false
 }
 
+// InternalIgnore lists name patterns of files the server itself makes in
+// branches (the S3 front end's upload temporaries and staged parts):
+// ignored whatever the store's list says.
+var InternalIgnore = []string{".branchnfs-s3-*"}
+
+// internalIgnores is InternalIgnore compiled.
+var internalIgnores = mustCompileIgnoreSet(InternalIgnore)
+
+func mustCompileIgnoreSet(patterns []string) ignoreSet {
+	s, err := compileIgnoreSet(patterns)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
 // CheckIgnore validates ignore patterns: name patterns (no '/') and path
 // patterns (see above), in path.Match syntax.
 func CheckIgnore(patterns []string) error {

@@ -554,8 +554,8 @@ func (m *Manager) Close() error {
 func (m *Manager) Ignore() []string { return append([]string{}, m.opts.Ignore...) }
 
 // ignore reports whether path p ('/'-separated, from the branch's root)
-// is on the ignore list (ignore.go).
-func (m *Manager) ignore(p string) bool { return m.ignores.match(p) }
+// is on the ignore list or InternalIgnore (ignore.go).
+func (m *Manager) ignore(p string) bool { return m.ignores.match(p) || internalIgnores.match(p) }
 
 func (m *Manager) infoLocked(b *branch) Info {
 	r := b.rec

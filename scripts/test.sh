@@ -13,6 +13,10 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
 command -v npm >/dev/null 2>&1 || need+=(npm) # installs the MCP inspector's CLI (tests/mcp)
 command -v git >/dev/null 2>&1 || need+=(git) # imports of worktrees, patches and apply are checked with the real git
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd) # verifies the generated systemd --user unit
+# The S3 API's tests run the real clients as a regular user.
+[ -x /usr/bin/aws ] || need+=(awscli)
+[ -x /usr/bin/rclone ] || need+=(rclone)
+/usr/bin/python3 -c 'import boto3' >/dev/null 2>&1 || need+=(python3-boto3)
 if ((${#need[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "test.sh: installing ${need[*]}"

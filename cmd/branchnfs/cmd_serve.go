@@ -37,6 +37,7 @@ type serveOptions struct {
 	Backend     backendFlags
 	LeaseTTL    time.Duration
 	AdaptProcs  bool
+	S3          string // serve --s3 (cmd_s3.go)
 	// WorkdirRoot: testing only, see attemptOptions.WorkdirRoot.
 	WorkdirRoot string
 }
@@ -76,6 +77,7 @@ func (o *serveOptions) AddFlags(cmd *cobra.Command) {
 	o.Backend.AddFlags(cmd)
 	cmd.Flags().DurationVar(&o.LeaseTTL, "lease-ttl", 10*time.Second, "with --meta etcd: how long after this server stops answering its branches can be taken over by another server (whole seconds)")
 	cmd.Flags().BoolVar(&o.AdaptProcs, "adapt-procs", true, "use one processor while NFS calls arrive one at a time (less CPU for a client walking or untarring a tree), all of them once calls overlap; off when GOMAXPROCS is set")
+	cmd.Flags().StringVar(&o.S3, "s3", "", "also serve the live branches over S3 on host:port (a bucket is a branch; loopback unless --allow-remote; see branchnfs s3 credentials)")
 	cmd.Flags().StringVar(&o.Reserve, "reserve", "512MiB", "free space to keep on the store's disk: writes fail with ENOSPC before they would use it (0 disables the check; Badger then dies with SIGBUS on a full disk)")
 }
 
@@ -114,6 +116,9 @@ const serveMemoryLimit = 256 << 20
 
 func runServe(ctx context.Context, o *serveOptions) (err error) {
 	if err := checkListen(o.Listen, o.AllowRemote, o.stderr); err != nil {
+		return err
+	}
+	if err := checkS3Flag(o); err != nil {
 		return err
 	}
 	level, err := parseLevel(o.LogLevel)
@@ -267,6 +272,12 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		cln.Close()
 		return err
 	}
+	s3srv, err := startS3(o, dir, s.mgr, logger)
+	if err != nil {
+		ln.Close()
+		cln.Close()
+		return err
+	}
 	if err := writeServeInfo(dir, serveInfo{Listen: addr.String(), Port: addr.Port, PID: os.Getpid(), Started: started.UTC().Format(time.RFC3339)}); err != nil {
 		logger.Warn("cannot record the listen address", "err", err)
 	}
@@ -274,6 +285,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 	// The banner is out before either server answers (the sockets already
 	// listen), so whoever waits for the API finds it printed.
 	printBanner(ctx, o.stdout, s.mgr, dir, sock, addr, time.Since(start), o.Mount)
+	s3srv.banner(o.stdout)
 	if d := s.backend.describe(); d != "" {
 		fmt.Fprintln(o.stdout, d)
 	}
@@ -295,6 +307,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		}
 		return nil
 	})
+	g.Go(s3srv.serve)
 	// systemd (Type=notify): ready once the NFS port listens.
 	notifyService(logger, "READY=1\nSTATUS=serving NFS on "+addr.String())
 	unmount := func() {}
@@ -312,6 +325,7 @@ func runServe(ctx context.Context, o *serveOptions) (err error) {
 		// Closing the API first ends its jobs (fence, kill), so that no
 		// attempt keeps the mount busy when it is unmounted.
 		ctl.Close()
+		s3srv.close()
 		unmount()
 		warnMounted(o.stderr, nfs.Mounts())
 		nfs.Close()

@@ -217,6 +217,7 @@ open the store directly when no server runs.`,
 		newVersionCommand(opts),
 		newServiceCommand(opts),
 		newDoctorCommand(opts),
+		newS3Command(opts),
 	)
 	return root
 }

@@ -34,6 +34,7 @@ var layers = map[string]int{
 	"nfsserver/control":             3,
 	"nfsserver/control/controltest": 3,
 	"nfsserver/control/mcpserver":   3,
+	"nfsserver/s3gw":                3,
 	"attempt":                       3,
 	"attempt/runner":                3,
 	"cmd/branchnfs":                 4,
@@ -51,6 +52,8 @@ var onlyIn = map[string][]string{
 	"github.com/dgraph-io/badger": {"kv"},
 	"go.etcd.io/etcd":             {"kv/etcdkv", "kv/etcdkv/etcdtest"},
 	"github.com/minio/minio-go":   {"blobs"},
+	// The S3 front end's server library stays behind package s3gw.
+	"github.com/versity/versitygw": {"nfsserver/s3gw"},
 }
 
 type pkg struct {
