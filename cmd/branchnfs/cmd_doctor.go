@@ -795,3 +795,13 @@ func (n nfsFS) Readlink(name string) (string, error) {
 }
 func (n nfsFS) Remove(name string) error { return n.t.Remove(name) }
 func (n nfsFS) Lock(string) error        { return errors.ErrUnsupported }
+
+// diskFree returns the bytes an unprivileged user may still write on
+// dir's filesystem.
+func diskFree(dir string) (uint64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}

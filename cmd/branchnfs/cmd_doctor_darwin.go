@@ -3,24 +3,12 @@ package main
 import (
 	"errors"
 	"os/exec"
-
-	"golang.org/x/sys/unix"
 )
 
 // readMountTable returns the output of mount: macOS has no mountinfo.
 func readMountTable() (string, error) {
 	b, err := exec.Command("/sbin/mount").Output()
 	return string(b), err
-}
-
-// diskFree returns the bytes an unprivileged user may still write on
-// dir's filesystem.
-func diskFree(dir string) (uint64, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return st.Bavail * uint64(st.Bsize), nil
 }
 
 // congestionControl: macOS's TCP stack has no per-host choice to report.

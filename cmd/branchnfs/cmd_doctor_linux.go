@@ -4,24 +4,12 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // readMountTable returns /proc/self/mountinfo.
 func readMountTable() (string, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	return string(b), err
-}
-
-// diskFree returns the bytes an unprivileged user may still write on
-// dir's filesystem.
-func diskFree(dir string) (uint64, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, err
-	}
-	return st.Bavail * uint64(st.Bsize), nil
 }
 
 // congestionControl returns the host's default TCP congestion control.
