@@ -66,17 +66,12 @@ func run(races, n int, grace time.Duration, stubborn bool) error {
 	}
 	defer os.RemoveAll(tmp)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := kv.OpenBadger(filepath.Join(tmp, "db"), kv.BadgerOptions{Logger: quiet})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	ctx := context.Background()
-	mgr, err := branches.Open(ctx, branches.Options{Store: st, Logger: quiet, RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid())})
+	mgr, closeStore, err := openStore(ctx, tmp, quiet)
 	if err != nil {
 		return err
 	}
-	defer mgr.Close()
+	defer closeStore()
 	srv, err := nfsserver.New(nfsserver.Options{Branches: mgr, Logger: quiet})
 	if err != nil {
 		return err
@@ -191,17 +186,12 @@ func runStart(races, n int) error {
 	}
 	defer os.RemoveAll(tmp)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := kv.OpenBadger(filepath.Join(tmp, "db"), kv.BadgerOptions{Logger: quiet})
-	if err != nil {
-		return err
-	}
-	defer st.Close()
 	ctx := context.Background()
-	mgr, err := branches.Open(ctx, branches.Options{Store: st, Logger: quiet, RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid())})
+	mgr, closeStore, err := openStore(ctx, tmp, quiet)
 	if err != nil {
 		return err
 	}
-	defer mgr.Close()
+	defer closeStore()
 	work := filepath.Join(tmp, "work")
 	o := runner.Options{
 		Backend: mgr, Store: tmp, Grace: 100 * time.Millisecond, Timeout: 2 * time.Minute, Logger: quiet,
@@ -312,4 +302,19 @@ func countWrites(path string, tc time.Time) (okAfter, refusedAfter, before int, 
 		}
 	}
 	return okAfter, refusedAfter, before, nil
+}
+
+// openStore opens a fresh store in dir and its branches; closeStore closes
+// both.
+func openStore(ctx context.Context, dir string, logger *slog.Logger) (mgr *branches.Manager, closeStore func(), err error) {
+	st, err := kv.OpenBadger(filepath.Join(dir, "db"), kv.BadgerOptions{Logger: logger})
+	if err != nil {
+		return nil, nil, err
+	}
+	mgr, err = branches.Open(ctx, branches.Options{Store: st, Logger: logger, RootUID: uint32(os.Geteuid()), RootGID: uint32(os.Getegid())})
+	if err != nil {
+		st.Close()
+		return nil, nil, err
+	}
+	return mgr, func() { mgr.Close(); st.Close() }, nil
 }
