@@ -40,7 +40,7 @@ func TestVerdict(t *testing.T) {
 var stepFuncRE = regexp.MustCompile(`(?m)^\s*step\s+(\S+)\s+(\S+)`)
 
 func TestScenarioSteps(t *testing.T) {
-	for _, name := range []string{"posix", "branch", "user"} {
+	for _, name := range []string{"posix", "branch", "user", "git"} {
 		script, err := os.ReadFile("testdata/" + name + ".sh")
 		if err != nil {
 			t.Fatal(err)
@@ -70,7 +70,7 @@ func TestScenarioSteps(t *testing.T) {
 		t.Errorf("oracleSteps = %v, want %v", got, want)
 	}
 	for key := range knownFailures {
-		if !strings.HasPrefix(key, "TestKernelPOSIX/") && !strings.HasPrefix(key, "TestKernelBranches/") && !strings.HasPrefix(key, "TestKernelRegularUser/") {
+		if !strings.HasPrefix(key, "TestKernelPOSIX/") && !strings.HasPrefix(key, "TestKernelBranches/") && !strings.HasPrefix(key, "TestKernelRegularUser/") && !strings.HasPrefix(key, "TestKernelGit/") {
 			t.Errorf("knownFailures key %q names no kernel test", key)
 		}
 	}
