@@ -21,6 +21,17 @@
 // forward of its control socket on the host ($BRANCHNFS_CONTROL, with the
 // store's token in $BRANCHNFS_CONTROL_TOKEN).
 //
+// The git scenario (testdata/git.sh, TestKernelGit) runs Debian's git as
+// uid 1000 in a kernel mount of a fork of main: a repository of 1,000
+// generated files, commits, a local clone (hard-linked objects), branch
+// checkouts, a fetch back, gc and fsck. The fork is committed and the host
+// checks main's repository with its own git on a `branchnfs export`. Its
+// git comes in a second initramfs layer (gitLayer), only for that test:
+// git, its builtins' names, the templates, and the shared libraries and
+// loader the binary's ELF dependencies resolve to (from git, libc6,
+// libpcre2-8-0 and zlib1g; nothing of perl or curl), cached beside the
+// kernel images and keyed by git's version.
+//
 // BenchmarkKernelTree (bench_test.go) times a real source tree through the
 // guest's client: untar, read back with checksums, ls -lR, rm -rf, with the
 // guest's caches dropped before each step. scripts/bench (section kernel)
@@ -32,7 +43,8 @@
 // Steps that fail only because of known NFS protocol gaps are listed, with
 // the reason, in knownFailures; the table is checked both ways.
 //
-// Prerequisites: qemu-system-x86_64, apt-get and dpkg-deb. Without them the
+// Prerequisites: qemu-system-x86_64, apt-get and dpkg-deb (and git on the
+// host for TestKernelGit). Without them the
 // tests skip, saying why; with CI=true they fail instead.
 //
 // For harness development against another NFSv3 server, set

@@ -195,6 +195,14 @@ func bootGuest(t testing.TB, img *guestImage, helper, script string, env map[str
 		res.err = err
 		return res
 	}
+	for _, l := range img.layers {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		base = append(base, b...)
+	}
 	initrd := filepath.Join(dir, "initrd")
 	if err := os.WriteFile(initrd, append(base, c.finish()...), 0o644); err != nil {
 		res.err = err

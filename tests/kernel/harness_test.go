@@ -3,6 +3,9 @@ package kernel
 import (
 	"bytes"
 	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -40,7 +43,7 @@ func TestVerdict(t *testing.T) {
 var stepFuncRE = regexp.MustCompile(`(?m)^\s*step\s+(\S+)\s+(\S+)`)
 
 func TestScenarioSteps(t *testing.T) {
-	for _, name := range []string{"posix", "branch", "user"} {
+	for _, name := range []string{"posix", "branch", "user", "git"} {
 		script, err := os.ReadFile("testdata/" + name + ".sh")
 		if err != nil {
 			t.Fatal(err)
@@ -70,7 +73,7 @@ func TestScenarioSteps(t *testing.T) {
 		t.Errorf("oracleSteps = %v, want %v", got, want)
 	}
 	for key := range knownFailures {
-		if !strings.HasPrefix(key, "TestKernelPOSIX/") && !strings.HasPrefix(key, "TestKernelBranches/") && !strings.HasPrefix(key, "TestKernelRegularUser/") {
+		if !strings.HasPrefix(key, "TestKernelPOSIX/") && !strings.HasPrefix(key, "TestKernelBranches/") && !strings.HasPrefix(key, "TestKernelRegularUser/") && !strings.HasPrefix(key, "TestKernelGit/") {
 			t.Errorf("knownFailures key %q names no kernel test", key)
 		}
 	}
@@ -131,5 +134,38 @@ func TestCpioWriter(t *testing.T) {
 func skip(r *bytes.Reader, n int) {
 	for ; n%4 != 0; n++ {
 		r.ReadByte()
+	}
+}
+
+// TestSharedClosure resolves the host's git's libraries, as gitLayer does
+// for the guest's, and names a library a tree lacks.
+func TestSharedClosure(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		prerequisite(t, "git not found on the host (Debian: apt-get install -y git)")
+	}
+	git, err = filepath.EvalSymlinks(git)
+	if err != nil {
+		t.Fatal(err)
+	}
+	libs, interp, err := sharedClosure("/", strings.TrimPrefix(git, "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := libs["libc.so.6"]; !ok {
+		t.Errorf("closure of %s lacks libc.so.6: %v", git, libs)
+	}
+	if _, ok := libs[path.Base(interp)]; !ok {
+		t.Errorf("closure of %s lacks its loader %s: %v", git, interp, libs)
+	}
+	tree := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(tree, "usr/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(git, filepath.Join(tree, "usr/bin/git")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := sharedClosure(tree, "usr/bin/git"); err == nil || !strings.Contains(err.Error(), "add the package that ships it to gitPackages") {
+		t.Errorf("closure in a tree without libraries: %v, want an error naming the missing library", err)
 	}
 }

@@ -26,6 +26,16 @@ type guestImage struct {
 	kernel  string // path of vmlinuz
 	baseGz  string // path of the gzip'ed cpio with busybox and the modules
 	version string // e.g. linux-image-6.1.0-57-amd64_6.1.192-3
+	// layers are more gzip'ed cpio archives (see gitLayer), each a
+	// multiple of 4 bytes long, unpacked over the base.
+	layers []string
+}
+
+// withLayers returns a copy of img whose initramfs also holds layers.
+func (img *guestImage) withLayers(layers ...string) *guestImage {
+	c := *img
+	c.layers = append(append([]string(nil), img.layers...), layers...)
+	return &c
 }
 
 // cacheRoot is where built images are kept between runs.
@@ -113,17 +123,7 @@ func prepareImage(t testing.TB) (*guestImage, error) {
 			t.Logf("module %s not in %s; assuming it is built in", m, kpkg)
 		}
 	}
-	var gz bytes.Buffer
-	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
-	zw.Write(c.finish())
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	// The kernel only looks for a following archive at a 4-byte boundary.
-	for gz.Len()%4 != 0 {
-		gz.WriteByte(0)
-	}
-	if err := os.WriteFile(filepath.Join(build, "base.cpio.gz"), gz.Bytes(), 0o644); err != nil {
+	if err := writeGzipCpio(filepath.Join(build, "base.cpio.gz"), &c); err != nil {
 		return nil, err
 	}
 	if err := os.Rename(build, dir); err != nil && cachedImage(dir, key) == nil {
@@ -134,6 +134,22 @@ func prepareImage(t testing.TB) (*guestImage, error) {
 		return nil, fmt.Errorf("image in %s incomplete after build", dir)
 	}
 	return img, nil
+}
+
+// writeGzipCpio writes the archive gzip'ed to path, padded to a multiple of
+// 4 bytes: the kernel only looks for a following archive at a 4-byte
+// boundary.
+func writeGzipCpio(path string, c *cpioWriter) error {
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	zw.Write(c.finish())
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	for gz.Len()%4 != 0 {
+		gz.WriteByte(0)
+	}
+	return os.WriteFile(path, gz.Bytes(), 0o644)
 }
 
 func cachedImage(dir, key string) *guestImage {
@@ -311,6 +327,12 @@ func (c *cpioWriter) dir(name string, perm uint32) { c.header(name, 0o040000|per
 func (c *cpioWriter) file(name string, perm uint32, data []byte) {
 	c.header(name, 0o100000|perm, len(data))
 	c.buf.Write(data)
+	c.pad()
+}
+
+func (c *cpioWriter) symlink(name, target string) {
+	c.header(name, 0o120777, len(target))
+	c.buf.WriteString(target)
 	c.pad()
 }
 

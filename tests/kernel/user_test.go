@@ -17,8 +17,34 @@ const regularUID, regularGID = 1000, 1000
 // the guest a process as uid 1000 creates, edits and chmods files in a
 // mount of main, forks, commits and aborts.
 func TestKernelRegularUser(t *testing.T) {
+	img, helper, srv := regularUserSetup(t)
+	cli := func(args ...string) hostAction {
+		return func(extra []string) error {
+			_, err := srv.cli(append(args, extra...)...)
+			return err
+		}
+	}
+	actions := map[string]hostAction{
+		"fork":   cli("fork"),
+		"commit": cli("commit"),
+		"abort":  cli("abort"),
+		"diff":   cli("diff"),
+		"list":   cli("list"),
+	}
+	opts, err := srv.linuxMountOptions("main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runScenario(t, "user", srv, img, helper, map[string]string{"MOUNT_OPTS": opts}, actions, 5*time.Minute)
+}
+
+// regularUserSetup checks the prerequisites and returns the guest image,
+// the mount helper and a started server that runs, with every CLI command,
+// as uid 1000 on a store that user created with `init`.
+func regularUserSetup(t *testing.T) (*guestImage, string, *nfsServer) {
+	t.Helper()
 	if os.Getenv("BRANCHNFS_KERNEL_SERVER") != "" {
-		t.Skip("the regular-user scenario needs the real branchnfs server (BRANCHNFS_KERNEL_SERVER is set)")
+		t.Skip("regular-user scenarios need the real branchnfs server (BRANCHNFS_KERNEL_SERVER is set)")
 	}
 	img, helper, root := setup(t) // checks the prerequisites and builds the binaries
 	if err := root.stop(); err != nil {
@@ -67,22 +93,5 @@ func TestKernelRegularUser(t *testing.T) {
 			t.Logf("server log:\n%s", srv.logTail(60))
 		}
 	})
-	cli := func(args ...string) hostAction {
-		return func(extra []string) error {
-			_, err := srv.cli(append(args, extra...)...)
-			return err
-		}
-	}
-	actions := map[string]hostAction{
-		"fork":   cli("fork"),
-		"commit": cli("commit"),
-		"abort":  cli("abort"),
-		"diff":   cli("diff"),
-		"list":   cli("list"),
-	}
-	opts, err := srv.linuxMountOptions("main")
-	if err != nil {
-		t.Fatal(err)
-	}
-	runScenario(t, "user", srv, img, helper, map[string]string{"MOUNT_OPTS": opts}, actions, 5*time.Minute)
+	return img, helper, srv
 }
