@@ -14,13 +14,49 @@ import (
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
 
-// The soak's target: RSS flat within ±soakFlatMiB from the first row at
-// or after soakFrom rounds to the last (records of ended branches must go
-// with them).
+// The soak's target: no growth with the rounds. Past soakFrom rounds
+// (the first branches' warm-up), the highest RSS of the later half of the
+// rows is within soakFlatMiB of the highest of the earlier half. RSS is
+// not flat row to row: a Badger memtable's arena is paged in as it fills
+// and a flush holds a second one and the new table's buffers for a
+// while, and the store's mapped files grow with the garbage of aborted
+// branches until the reclaimer's GC gives it back (docs/benchmarks.md,
+// Soak). Those cycles repeat, so each half holds one of their peaks,
+// while memory kept per ended branch raises the later half's peak by
+// what the rounds between the two peaks kept (over 10,000 rounds with a
+// row every 1,000, 4,000 rounds' worth: 2.6 KiB a round reaches 10 MiB).
 const (
 	soakFrom    = 1200
 	soakFlatMiB = 10
 )
+
+// soakVerdict judges rows by the soak's target: early and late are the
+// rows past soakFrom holding the highest RSS of the earlier and the later
+// half of the rounds, grew the MiB from the first to the second. ok is
+// false with too few rows to judge (fewer than two past soakFrom).
+func soakVerdict(rows []soakRow) (early, late soakRow, grew float64, ok bool) {
+	var past []soakRow
+	for _, x := range rows {
+		if x.Rounds >= soakFrom {
+			past = append(past, x)
+		}
+	}
+	if len(past) < 2 {
+		return early, late, 0, false
+	}
+	mid := (past[0].Rounds + past[len(past)-1].Rounds) / 2
+	for _, x := range past {
+		if x.Rounds <= mid {
+			if x.RSS > early.RSS {
+				early = x
+			}
+		} else if x.RSS > late.RSS {
+			late = x
+		}
+	}
+	grew = mib(late.RSS - early.RSS)
+	return early, late, grew, grew <= soakFlatMiB
+}
 
 // soakRow is the state of the server after a number of soak rounds, with
 // the latencies of the rounds since the previous row.
