@@ -326,11 +326,11 @@ func renderMarkdown(r *Results) string {
 	// 6. Soak.
 	if len(r.Soak) > 0 {
 		p("## 6. Soak: fork → write 4 KiB over NFS → commit every 4th, else abort\n\n")
-		p("| rounds | live branches | RSS | anonymous / mmapped files | live Go heap | store on disk | p50 fork | p50 write | p50 commit | p50 abort |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| rounds | live branches | RSS | anonymous / mmapped files | peak RSS so far | live Go heap | store on disk | p50 fork | p50 write | p50 commit | p50 abort |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		lo, hi := r.Soak[0], r.Soak[0]
 		for _, x := range r.Soak {
-			p("| %d | %d | %.1f MiB | %.1f / %.1f MiB | %.1f MiB | %.1f MiB | %s | %s | %s | %s |\n", x.Rounds, x.Live, mib(x.RSS),
-				mib(x.RssAnon), mib(x.RssFile), mib(x.HeapLive), mib(x.StoreBytes), us(x.ForkUS), us(x.WriteUS), us(x.CommitUS), us(x.AbortUS))
+			p("| %d | %d | %.1f MiB | %.1f / %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %s | %s | %s | %s |\n", x.Rounds, x.Live, mib(x.RSS),
+				mib(x.RssAnon), mib(x.RssFile), mib(x.PeakRSS), mib(x.HeapLive), mib(x.StoreBytes), us(x.ForkUS), us(x.WriteUS), us(x.CommitUS), us(x.AbortUS))
 			if x.Rounds >= soakFrom && (lo.Rounds < soakFrom || x.RSS < lo.RSS) {
 				lo = x
 			}

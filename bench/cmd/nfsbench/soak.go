@@ -64,6 +64,7 @@ type soakRow struct {
 	Rounds     int     `json:"rounds"`
 	Live       int     `json:"live_branches"`
 	RSS        int64   `json:"rss_bytes"`
+	PeakRSS    int64   `json:"peak_rss_bytes"` // VmHWM: the highest RSS since the server started
 	RssAnon    int64   `json:"rss_anon_bytes"`
 	RssFile    int64   `json:"rss_file_bytes"`
 	HeapLive   int64   `json:"heap_live_bytes"` // Go heap kept by the server's last GC
@@ -150,17 +151,17 @@ func (s *suite) soakRun(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		_, rss, anon, file := srv.memory()
+		hwm, rss, anon, file := srv.memory()
 		size, err := branchops.DirSize(store)
 		if err != nil {
 			return err
 		}
 		p50 := func(ds []time.Duration) float64 { return stats.Summarize(stats.Micros(ds)).Median }
-		row := soakRow{Rounds: i, Live: st.LiveBranches, RSS: rss, RssAnon: anon, RssFile: file, HeapLive: st.HeapLive, StoreBytes: size,
+		row := soakRow{Rounds: i, Live: st.LiveBranches, RSS: rss, PeakRSS: hwm, RssAnon: anon, RssFile: file, HeapLive: st.HeapLive, StoreBytes: size,
 			ForkUS: p50(fork), WriteUS: p50(write), CommitUS: p50(commit), AbortUS: p50(abort)}
 		s.res.Soak = append(s.res.Soak, row)
-		s.logf("soak: %d rounds: RSS %.1f MiB (anon %.1f, files %.1f), live heap %.1f MiB, store %.1f MiB, p50 fork %s write %s commit %s abort %s",
-			i, mib(rss), mib(anon), mib(file), mib(st.HeapLive), mib(size), us(row.ForkUS), us(row.WriteUS), us(row.CommitUS), us(row.AbortUS))
+		s.logf("soak: %d rounds: RSS %.1f MiB (anon %.1f, files %.1f, peak %.1f), live heap %.1f MiB, store %.1f MiB, p50 fork %s write %s commit %s abort %s",
+			i, mib(rss), mib(anon), mib(file), mib(hwm), mib(st.HeapLive), mib(size), us(row.ForkUS), us(row.WriteUS), us(row.CommitUS), us(row.AbortUS))
 		fork, write, commit, abort = fork[:0], write[:0], commit[:0], abort[:0]
 	}
 	return nil
