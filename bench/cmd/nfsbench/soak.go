@@ -14,48 +14,77 @@ import (
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
 
-// The soak's target: no growth with the rounds. Past soakFrom rounds
-// (the first branches' warm-up), the highest RSS of the later half of the
-// rows is within soakFlatMiB of the highest of the earlier half. RSS is
-// not flat row to row: a Badger memtable's arena is paged in as it fills
-// and a flush holds a second one and the new table's buffers for a
-// while, and the store's mapped files grow with the garbage of aborted
-// branches until the reclaimer's GC gives it back (docs/benchmarks.md,
-// Soak). Those cycles repeat, so each half holds one of their peaks,
-// while memory kept per ended branch raises the later half's peak by
-// what the rounds between the two peaks kept (over 10,000 rounds with a
-// row every 1,000, 4,000 rounds' worth: 2.6 KiB a round reaches 10 MiB).
+// The soak's target: no growth with the rounds once the server is warm.
+// RSS is not flat row to row: Badger's block cache fills (a few KiB a
+// round here, up to its bound), a memtable's arena is paged in as it
+// fills, a flush or a GC holds buffers for a while that the runtime gives
+// back slowly, and the store's mapped files grow with the garbage of
+// aborted branches until the reclaimer's GC gives it back
+// (docs/benchmarks.md, Soak). So the rows judged start at the first one at
+// or after soakFrom rounds whose store is smaller than the row before's
+// (the reclaimer's first GC ran), or at soakFrom if the store never
+// shrank; past it the highest RSS of the later half of the rounds is
+// within soakFlatMiB of the highest of the earlier half. The cycles
+// repeat, so each half holds one of their peaks, while memory kept per
+// ended branch raises the later half's peak by what the rounds between
+// the two peaks kept (over 10,000 rounds with a row every 1,000, 4,000
+// rounds' worth: 2.6 KiB a round reaches 10 MiB). With fewer than
+// soakMinRows rows to judge, the run was too short to tell.
 const (
 	soakFrom    = 1200
 	soakFlatMiB = 10
+	soakMinRows = 4
 )
 
-// soakVerdict judges rows by the soak's target: early and late are the
-// rows past soakFrom holding the highest RSS of the earlier and the later
-// half of the rounds, grew the MiB from the first to the second. ok is
-// false with too few rows to judge (fewer than two past soakFrom).
-func soakVerdict(rows []soakRow) (early, late soakRow, grew float64, ok bool) {
-	var past []soakRow
-	for _, x := range rows {
-		if x.Rounds >= soakFrom {
-			past = append(past, x)
+// soakJudgement is the soak's target applied to its rows.
+type soakJudgement struct {
+	From        soakRow // the first row judged
+	Warm        bool    // From is the first after the store shrank
+	Rows        int     // rows judged
+	Early, Late soakRow // the highest RSS of the earlier and the later half
+	Grew        float64 // MiB from Early's RSS to Late's
+	Judged      bool    // at least soakMinRows rows
+	OK          bool    // judged, and Grew at most soakFlatMiB
+}
+
+// soakVerdict judges rows by the soak's target.
+func soakVerdict(rows []soakRow) soakJudgement {
+	var j soakJudgement
+	from := -1
+	for i, x := range rows {
+		if x.Rounds < soakFrom {
+			continue
+		}
+		if from < 0 {
+			from = i
+		}
+		if i > 0 && x.StoreBytes < rows[i-1].StoreBytes {
+			from, j.Warm = i, true
+			break
 		}
 	}
-	if len(past) < 2 {
-		return early, late, 0, false
+	if from < 0 {
+		return j
 	}
+	past := rows[from:]
+	j.From, j.Rows = past[0], len(past)
+	if len(past) < soakMinRows {
+		return j
+	}
+	j.Judged = true
 	mid := (past[0].Rounds + past[len(past)-1].Rounds) / 2
 	for _, x := range past {
 		if x.Rounds <= mid {
-			if x.RSS > early.RSS {
-				early = x
+			if x.RSS > j.Early.RSS {
+				j.Early = x
 			}
-		} else if x.RSS > late.RSS {
-			late = x
+		} else if x.RSS > j.Late.RSS {
+			j.Late = x
 		}
 	}
-	grew = mib(late.RSS - early.RSS)
-	return early, late, grew, grew <= soakFlatMiB
+	j.Grew = mib(j.Late.RSS - j.Early.RSS)
+	j.OK = j.Grew <= soakFlatMiB
+	return j
 }
 
 // soakRow is the state of the server after a number of soak rounds, with
