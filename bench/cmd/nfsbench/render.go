@@ -341,13 +341,13 @@ func renderMarkdown(r *Results) string {
 		switch j := soakVerdict(r.Soak); {
 		case j.Judged:
 			if !j.OK {
-				missed = append(missed, fmt.Sprintf("soak: highest RSS of the later rounds %+.1f MiB over that of the earlier ones (%d and %d rounds; target at most +%d MiB)", j.Grew, j.Late.Rounds, j.Early.Rounds, soakFlatMiB))
+				missed = append(missed, fmt.Sprintf("soak: lowest RSS of the later rounds %+.1f MiB over that of the earlier ones (%d and %d rounds; target at most +%d MiB)", j.Grew, j.Late.Rounds, j.Early.Rounds, soakFlatMiB))
 			}
 			why := fmt.Sprintf("the first row at or after %d rounds; the store never shrank", soakFrom)
 			if j.Warm {
 				why = "the first row after the store shrank: the reclaimer's first GC"
 			}
-			p("\nJudged from %d rounds (%s), %d rows. Highest RSS: %.1f MiB after %d rounds in the earlier half, %.1f MiB after %d in the later: %+.1f MiB (target at most +%d MiB): %s. ",
+			p("\nJudged from %d rounds (%s), %d rows. Lowest RSS: %.1f MiB after %d rounds in the earlier half, %.1f MiB after %d in the later: %+.1f MiB (target at most +%d MiB): %s. ",
 				j.From.Rounds, why, j.Rows, mib(j.Early.RSS), j.Early.Rounds, mib(j.Late.RSS), j.Late.Rounds, j.Grew, soakFlatMiB, verdict(j.OK))
 			p("Range past %d rounds: %.1f MiB (after %d) to %.1f MiB (after %d).\n", soakFrom, mib(lo.RSS), lo.Rounds, mib(hi.RSS), hi.Rounds)
 		case j.Rows > 0:

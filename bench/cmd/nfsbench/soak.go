@@ -23,13 +23,15 @@ import (
 // (docs/benchmarks.md, Soak). So the rows judged start at the first one at
 // or after soakFrom rounds whose store is smaller than the row before's
 // (the reclaimer's first GC ran), or at soakFrom if the store never
-// shrank; past it the highest RSS of the later half of the rounds is
-// within soakFlatMiB of the highest of the earlier half. The cycles
-// repeat, so each half holds one of their peaks, while memory kept per
-// ended branch raises the later half's peak by what the rounds between
-// the two peaks kept (over 10,000 rounds with a row every 1,000, 4,000
-// rounds' worth: 2.6 KiB a round reaches 10 MiB). With fewer than
-// soakMinRows rows to judge, the run was too short to tell.
+// shrank; past it the lowest RSS of the later half of the rounds is
+// within soakFlatMiB of the lowest of the earlier half. The lowest, not
+// the highest: a row taken while a flush or a GC holds its buffers is
+// tens of MiB above the rows around it, while every cycle comes back down
+// to about the same floor, and memory kept per ended branch raises that
+// floor by what the rounds between the two halves kept (over 10,000 rounds
+// with a row every 1,000, about 5,000 rounds' worth: 2.1 KiB a round
+// reaches 10 MiB). With fewer than soakMinRows rows to judge, the run was
+// too short to tell.
 const (
 	soakFrom    = 1200
 	soakFlatMiB = 10
@@ -41,7 +43,7 @@ type soakJudgement struct {
 	From        soakRow // the first row judged
 	Warm        bool    // From is the first after the store shrank
 	Rows        int     // rows judged
-	Early, Late soakRow // the highest RSS of the earlier and the later half
+	Early, Late soakRow // the lowest RSS of the earlier and the later half
 	Grew        float64 // MiB from Early's RSS to Late's
 	Judged      bool    // at least soakMinRows rows
 	OK          bool    // judged, and Grew at most soakFlatMiB
@@ -75,10 +77,10 @@ func soakVerdict(rows []soakRow) soakJudgement {
 	mid := (past[0].Rounds + past[len(past)-1].Rounds) / 2
 	for _, x := range past {
 		if x.Rounds <= mid {
-			if x.RSS > j.Early.RSS {
+			if j.Early.Rounds == 0 || x.RSS < j.Early.RSS {
 				j.Early = x
 			}
-		} else if x.RSS > j.Late.RSS {
+		} else if j.Late.Rounds == 0 || x.RSS < j.Late.RSS {
 			j.Late = x
 		}
 	}

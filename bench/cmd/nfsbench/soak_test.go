@@ -53,6 +53,10 @@ func TestSoakVerdict(t *testing.T) {
 			}
 			return rs
 		}(), 8000, true, false, true},
+		// Another run of 20,000 rounds, two of whose rows fell in a GC
+		// (142.3 and 146.5 MiB, back to 76.4 after).
+		{"rows in a GC", rows([]float64{59.9, 66.1, 72.3, 78.9, 85.7, 92.0, 98.5, 103.6, 104.4, 90.5, 93.9, 99.7, 102.2, 107.7, 142.3, 96.8, 103.0, 116.6, 146.5, 76.4},
+			1.5, 3.0, 4.7, 6.3, 8.4, 10.5, 12.6, 1.4, 3.4, 5.3, 7.2, 9.2, 11.0, 12.9, 5.1, 7.7, 10.2, 14.0, 2.1, 4.2), 8000, true, true, true},
 		// 10,000 rounds whose store first shrank after 9,000: too short.
 		{"warm too late", rows([]float64{61.0, 67.8, 73.3, 79.7, 85.6, 91.4, 97.0, 104.6, 108.2, 89.5},
 			1.7, 3.3, 5.0, 6.6, 8.3, 10.0, 11.8, 13.7, 2.1, 3.9), 9000, false, false, true},
