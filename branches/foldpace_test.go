@@ -6,14 +6,20 @@ import (
 	"testing"
 
 	"github.com/branchnfs/branchnfs/branches"
+	"github.com/branchnfs/branchnfs/internal/testbin"
 )
 
 // TestReclaimerFoldsCommittedLayers: every commit of a branch stacks its
 // layer on main. The reclaimer's run after a burst of commits (one
 // ReclaimDelay after the first of them) folds main's stack back to
 // FoldDepth, however many committed: main keeps no layer per committed
-// branch, and lookups in it do not slow down with their number.
+// branch, and lookups in it do not slow down with their number. It runs
+// as a user who is not root, as the server does.
 func TestReclaimerFoldsCommittedLayers(t *testing.T) {
+	testbin.Unprivileged(t, "TestReclaimerFoldsCommittedLayers", reclaimerFoldsCommittedLayers)
+}
+
+func reclaimerFoldsCommittedLayers(t *testing.T) {
 	ctx := context.Background()
 	m := newManager(t) // no background reclaimer: the test runs it
 	const commits = 100
