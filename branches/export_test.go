@@ -117,3 +117,7 @@ func (m *Manager) CheckpointLayers(ctx context.Context) (map[string]uint64, erro
 	}
 	return out, nil
 }
+
+// RunReclaimer runs what the background reclaimer runs after each
+// ReclaimDelay.
+func (m *Manager) RunReclaimer(ctx context.Context) { m.reclaimPasses(ctx) }

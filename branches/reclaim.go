@@ -59,10 +59,7 @@ func (m *Manager) reclaimLoop(ctx context.Context) {
 			return
 		case <-time.After(m.opts.ReclaimDelay):
 		}
-		m.gc.mu.Lock()
-		m.reclaimPass(ctx)
-		m.gc.mu.Unlock()
-		m.metrics.passes.Add(1)
+		m.reclaimPasses(ctx)
 		if m.opts.GCIdle > 0 && m.opts.GCAfterSwept >= 0 {
 			armed, passEnd = m.activity.Load(), time.Now()
 			idle = time.After(m.opts.GCIdle)
@@ -84,23 +81,38 @@ func (m *Manager) NoteActivity() { m.activity.Add(1) }
 // foldPerPass bounds the layers one reclaimer pass folds.
 const foldPerPass = 16
 
-// reclaimPass is one pass of the background reclaimer. Caller holds gc.mu.
-func (m *Manager) reclaimPass(ctx context.Context) {
+// reclaimPasses runs reclaimer passes until one leaves nothing to fold,
+// taking gc.mu for each, so GCs waiting for it go in between. Passes that
+// each waited ReclaimDelay would fold foldPerPass layers per delay: fewer
+// than a client committing a branch every few milliseconds adds, and
+// main's stack would grow by a layer per committed branch, every lookup
+// in it slower.
+func (m *Manager) reclaimPasses(ctx context.Context) {
+	for more := true; more && ctx.Err() == nil; {
+		m.gc.mu.Lock()
+		more = m.reclaimPass(ctx)
+		m.gc.mu.Unlock()
+		m.metrics.passes.Add(1)
+	}
+}
+
+// reclaimPass is one pass of the background reclaimer. It reports whether
+// it stopped folding at foldPerPass layers with more to fold. Caller holds
+// gc.mu.
+func (m *Manager) reclaimPass(ctx context.Context) (more bool) {
 	// Reclaim first: garbage layers count as referrers when folding.
 	st, err := m.Reclaim(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.opts.Logger.Warn("branches: reclaim failed", "err", err)
 		}
-		return
+		return false
 	}
 	n, err := m.fold(ctx, foldPerPass)
 	if err != nil && ctx.Err() == nil {
 		m.opts.Logger.Warn("branches: fold failed", "err", err)
 	}
-	if n == foldPerPass {
-		m.kickReclaim() // more to fold: in the next pass, after waiting GCs
-	}
+	more = err == nil && n == foldPerPass // in the next pass, after waiting GCs
 	if n > 0 {
 		st2, err := m.Reclaim(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -109,6 +121,7 @@ func (m *Manager) reclaimPass(ctx context.Context) {
 		st.Blocks += st2.Blocks
 	}
 	m.sweptBlocks(ctx, st.Blocks)
+	return more
 }
 
 // ReclaimStats tells what a reclamation pass removed.

@@ -88,10 +88,15 @@ func layerEmpty(tx kv.Txn, l LayerID) (bool, error) {
 // DeleteLayer removes every key of layer l in batches of small transactions
 // (used to reclaim layers nothing references any more). It returns the
 // number of keys removed.
-func (s *Store) DeleteLayer(ctx context.Context, l LayerID) (int, error) {
+func (s *Store) DeleteLayer(ctx context.Context, l LayerID) (total int, err error) {
 	s.frozen.begin([]LayerID{l})
-	defer s.frozen.end([]LayerID{l})
-	total, err := deletePrefix(ctx, s.kv, layerPrefix(l))
+	defer func() {
+		s.frozen.end([]LayerID{l})
+		if err == nil {
+			s.frozen.forget(l)
+		}
+	}()
+	total, err = deletePrefix(ctx, s.kv, layerPrefix(l))
 	if err != nil {
 		return total, err
 	}

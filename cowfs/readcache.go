@@ -112,6 +112,21 @@ func (c *frozenCache) end(layers []LayerID) {
 	}
 }
 
+// forget drops the record of the changes of layer l, once l is deleted
+// (Store.DeleteLayer), unless another change of it runs. Without it every
+// ended branch would leave its top layer's record here, until
+// maxChangedLayers of them dropped the whole cache. No stack holds l again
+// (layer ids are never reused, and a layer is deleted once nothing
+// references it), so entries of stacks holding it, which the byte bound
+// ages out, are never looked up.
+func (c *frozenCache) forget(l LayerID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.layers[l]; ok && r.busy == 0 {
+		delete(c.layers, l)
+	}
+}
+
 // bump starts a new sequence number and returns it: entries filled
 // before it carry a lower at.
 func (c *frozenCache) bump() uint64 {

@@ -326,23 +326,34 @@ func renderMarkdown(r *Results) string {
 	// 6. Soak.
 	if len(r.Soak) > 0 {
 		p("## 6. Soak: fork → write 4 KiB over NFS → commit every 4th, else abort\n\n")
-		p("| rounds | live branches | RSS | anonymous / mmapped files | live Go heap | store on disk | p50 fork | p50 write | p50 commit | p50 abort |\n|---|---|---|---|---|---|---|---|---|---|\n")
-		var ref *soakRow
-		for i, x := range r.Soak {
-			if ref == nil && x.Rounds >= soakFrom {
-				ref = &r.Soak[i]
+		p("| rounds | live branches | RSS | anonymous / mmapped files | peak RSS so far | live Go heap | store on disk | p50 fork | p50 write | p50 commit | p50 abort |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		lo, hi := r.Soak[0], r.Soak[0]
+		for _, x := range r.Soak {
+			p("| %d | %d | %.1f MiB | %.1f / %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %s | %s | %s | %s |\n", x.Rounds, x.Live, mib(x.RSS),
+				mib(x.RssAnon), mib(x.RssFile), mib(x.PeakRSS), mib(x.HeapLive), mib(x.StoreBytes), us(x.ForkUS), us(x.WriteUS), us(x.CommitUS), us(x.AbortUS))
+			if x.Rounds >= soakFrom && (lo.Rounds < soakFrom || x.RSS < lo.RSS) {
+				lo = x
 			}
-			p("| %d | %d | %.1f MiB | %.1f / %.1f MiB | %.1f MiB | %.1f MiB | %s | %s | %s | %s |\n", x.Rounds, x.Live, mib(x.RSS),
-				mib(x.RssAnon), mib(x.RssFile), mib(x.HeapLive), mib(x.StoreBytes), us(x.ForkUS), us(x.WriteUS), us(x.CommitUS), us(x.AbortUS))
+			if x.Rounds >= soakFrom && (hi.Rounds < soakFrom || x.RSS > hi.RSS) {
+				hi = x
+			}
 		}
-		last := r.Soak[len(r.Soak)-1]
-		if ref != nil && last.Rounds > ref.Rounds {
-			grew := mib(last.RSS - ref.RSS)
-			ok := grew <= soakFlatMiB && grew >= -soakFlatMiB
-			if !ok {
-				missed = append(missed, fmt.Sprintf("soak: RSS moved %+.1f MiB from %d to %d rounds (target within ±%d MiB)", grew, ref.Rounds, last.Rounds, soakFlatMiB))
+		switch j := soakVerdict(r.Soak); {
+		case j.Judged:
+			if !j.OK {
+				missed = append(missed, fmt.Sprintf("soak: lowest RSS of the later rounds %+.1f MiB over that of the earlier ones (%d and %d rounds; target at most +%d MiB)", j.Grew, j.Late.Rounds, j.Early.Rounds, soakFlatMiB))
 			}
-			p("\nRSS after %d rounds minus RSS after %d: %+.1f MiB (target within ±%d MiB): %s\n", last.Rounds, ref.Rounds, grew, soakFlatMiB, verdict(ok))
+			why := fmt.Sprintf("the first row at or after %d rounds; the store never shrank", soakFrom)
+			if j.Warm {
+				why = "the first row after the store shrank: the reclaimer's first GC"
+			}
+			p("\nJudged from %d rounds (%s), %d rows. Lowest RSS: %.1f MiB after %d rounds in the earlier half, %.1f MiB after %d in the later: %+.1f MiB (target at most +%d MiB): %s. ",
+				j.From.Rounds, why, j.Rows, mib(j.Early.RSS), j.Early.Rounds, mib(j.Late.RSS), j.Late.Rounds, j.Grew, soakFlatMiB, verdict(j.OK))
+			p("Range past %d rounds: %.1f MiB (after %d) to %.1f MiB (after %d).\n", soakFrom, mib(lo.RSS), lo.Rounds, mib(hi.RSS), hi.Rounds)
+		case j.Rows > 0:
+			missed = append(missed, fmt.Sprintf("soak: %d rows from %d rounds, too few to tell growth from warm-up (want %d): run more rounds", j.Rows, j.From.Rounds, soakMinRows))
+			p("\nNot judged: %d rows from %d rounds, want %d (run more rounds). Range past %d rounds: %.1f MiB (after %d) to %.1f MiB (after %d).\n",
+				j.Rows, j.From.Rounds, soakMinRows, soakFrom, mib(lo.RSS), lo.Rounds, mib(hi.RSS), hi.Rounds)
 		}
 		p("\n")
 	}

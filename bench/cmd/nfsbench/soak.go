@@ -14,13 +14,80 @@ import (
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
 
-// The soak's target: RSS flat within ±soakFlatMiB from the first row at
-// or after soakFrom rounds to the last (records of ended branches must go
-// with them).
+// The soak's target: no growth with the rounds once the server is warm.
+// RSS is not flat row to row: Badger's block cache fills (a few KiB a
+// round here, up to its bound), a memtable's arena is paged in as it
+// fills, a flush or a GC holds buffers for a while that the runtime gives
+// back slowly, and the store's mapped files grow with the garbage of
+// aborted branches until the reclaimer's GC gives it back
+// (docs/benchmarks.md, Soak). So the rows judged start at the first one at
+// or after soakFrom rounds whose store is smaller than the row before's
+// (the reclaimer's first GC ran), or at soakFrom if the store never
+// shrank; past it the lowest RSS of the later half of the rounds is
+// within soakFlatMiB of the lowest of the earlier half. The lowest, not
+// the highest: a row taken while a flush or a GC holds its buffers is
+// tens of MiB above the rows around it, while every cycle comes back down
+// to about the same floor, and memory kept per ended branch raises that
+// floor by what the rounds between the two halves kept (over 10,000 rounds
+// with a row every 1,000, about 5,000 rounds' worth: 2.1 KiB a round
+// reaches 10 MiB). With fewer than soakMinRows rows to judge, the run was
+// too short to tell.
 const (
 	soakFrom    = 1200
 	soakFlatMiB = 10
+	soakMinRows = 4
 )
+
+// soakJudgement is the soak's target applied to its rows.
+type soakJudgement struct {
+	From        soakRow // the first row judged
+	Warm        bool    // From is the first after the store shrank
+	Rows        int     // rows judged
+	Early, Late soakRow // the lowest RSS of the earlier and the later half
+	Grew        float64 // MiB from Early's RSS to Late's
+	Judged      bool    // at least soakMinRows rows
+	OK          bool    // judged, and Grew at most soakFlatMiB
+}
+
+// soakVerdict judges rows by the soak's target.
+func soakVerdict(rows []soakRow) soakJudgement {
+	var j soakJudgement
+	from := -1
+	for i, x := range rows {
+		if x.Rounds < soakFrom {
+			continue
+		}
+		if from < 0 {
+			from = i
+		}
+		if i > 0 && x.StoreBytes < rows[i-1].StoreBytes {
+			from, j.Warm = i, true
+			break
+		}
+	}
+	if from < 0 {
+		return j
+	}
+	past := rows[from:]
+	j.From, j.Rows = past[0], len(past)
+	if len(past) < soakMinRows {
+		return j
+	}
+	j.Judged = true
+	mid := (past[0].Rounds + past[len(past)-1].Rounds) / 2
+	for _, x := range past {
+		if x.Rounds <= mid {
+			if j.Early.Rounds == 0 || x.RSS < j.Early.RSS {
+				j.Early = x
+			}
+		} else if j.Late.Rounds == 0 || x.RSS < j.Late.RSS {
+			j.Late = x
+		}
+	}
+	j.Grew = mib(j.Late.RSS - j.Early.RSS)
+	j.OK = j.Grew <= soakFlatMiB
+	return j
+}
 
 // soakRow is the state of the server after a number of soak rounds, with
 // the latencies of the rounds since the previous row.
@@ -28,6 +95,7 @@ type soakRow struct {
 	Rounds     int     `json:"rounds"`
 	Live       int     `json:"live_branches"`
 	RSS        int64   `json:"rss_bytes"`
+	PeakRSS    int64   `json:"peak_rss_bytes"` // VmHWM: the highest RSS since the server started
 	RssAnon    int64   `json:"rss_anon_bytes"`
 	RssFile    int64   `json:"rss_file_bytes"`
 	HeapLive   int64   `json:"heap_live_bytes"` // Go heap kept by the server's last GC
@@ -114,17 +182,17 @@ func (s *suite) soakRun(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		_, rss, anon, file := srv.memory()
+		hwm, rss, anon, file := srv.memory()
 		size, err := branchops.DirSize(store)
 		if err != nil {
 			return err
 		}
 		p50 := func(ds []time.Duration) float64 { return stats.Summarize(stats.Micros(ds)).Median }
-		row := soakRow{Rounds: i, Live: st.LiveBranches, RSS: rss, RssAnon: anon, RssFile: file, HeapLive: st.HeapLive, StoreBytes: size,
+		row := soakRow{Rounds: i, Live: st.LiveBranches, RSS: rss, PeakRSS: hwm, RssAnon: anon, RssFile: file, HeapLive: st.HeapLive, StoreBytes: size,
 			ForkUS: p50(fork), WriteUS: p50(write), CommitUS: p50(commit), AbortUS: p50(abort)}
 		s.res.Soak = append(s.res.Soak, row)
-		s.logf("soak: %d rounds: RSS %.1f MiB (anon %.1f, files %.1f), live heap %.1f MiB, store %.1f MiB, p50 fork %s write %s commit %s abort %s",
-			i, mib(rss), mib(anon), mib(file), mib(st.HeapLive), mib(size), us(row.ForkUS), us(row.WriteUS), us(row.CommitUS), us(row.AbortUS))
+		s.logf("soak: %d rounds: RSS %.1f MiB (anon %.1f, files %.1f, peak %.1f), live heap %.1f MiB, store %.1f MiB, p50 fork %s write %s commit %s abort %s",
+			i, mib(rss), mib(anon), mib(file), mib(hwm), mib(st.HeapLive), mib(size), us(row.ForkUS), us(row.WriteUS), us(row.CommitUS), us(row.AbortUS))
 		fork, write, commit, abort = fork[:0], write[:0], commit[:0], abort[:0]
 	}
 	return nil
