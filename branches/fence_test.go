@@ -57,6 +57,15 @@ func (p *pausedLeases) Grant(ctx context.Context, ttl time.Duration) (branches.L
 	return pausedLease{Lease: le, done: p.done}, nil
 }
 
+// lose tells the Managers that every lease granted so far was lost;
+// those granted from now on are kept until the next lose.
+func (p *pausedLeases) lose() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	close(p.done)
+	p.done = make(chan struct{})
+}
+
 // lastID is the id of the lease granted last.
 func (p *pausedLeases) lastID() int64 {
 	p.mu.Lock()
@@ -209,5 +218,71 @@ func TestLeaseRegainAnswersAgain(t *testing.T) {
 	eventually(t, "x claimed again", func() error { return tryWrite(m, "x", "g", "after") })
 	if got := read(t, m, "x", "f"); got != "before" {
 		t.Fatalf("x/f: %q", got)
+	}
+}
+
+// TestLostLeaseNoReclaimAfterTakeover: server A owns x and is paused past
+// its lease; B takes x over and writes, acknowledged; then B's lease is
+// lost too (B is paused as well), so x's owner key is gone. When A
+// resumes and gets a new lease, it must not claim x again: B took it
+// over (the stored record says so), and B claims it back when it
+// resumes. A's writes to x are refused (EROFS), and B's bytes stay.
+// Before, A claimed x again because no owner key was left, and its
+// late write was applied over B's acknowledged one.
+func TestLostLeaseNoReclaimAfterTakeover(t *testing.T) {
+	ctx := context.Background()
+	c := etcdtest.StartCluster(t, etcdtest.Options{})
+	o := etcdkv.Options{Prefix: "/fence2/"}
+	aco := c.NewCoord(t, o)
+	al := &pausedLeases{leases: leases{aco}, done: make(chan struct{})}
+	a, err := branches.Open(ctx, branches.Options{Store: c.NewStore(t, o), Coord: aco, Leases: al,
+		LeaseTTL: 2 * time.Second, Server: "A", ReclaimDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	bco := c.NewCoord(t, o)
+	bl := &pausedLeases{leases: leases{bco}, done: make(chan struct{})}
+	b, err := branches.Open(ctx, branches.Options{Store: c.NewStore(t, o), Coord: bco, Leases: bl,
+		LeaseTTL: 2 * time.Second, Server: "B", ReclaimDelay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	must(a.Fork(ctx, "main", "x"))(t)
+	write(t, a, "x", "f", "A before the pause")
+	eventually(t, "x on b", func() error { _, _, err := b.View("x"); return err })
+	// A's lease ends; A's Manager does not know.
+	if err := bco.Revoke(ctx, al.lastID()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "takeover of x through b", func() error { _, err := b.Takeover(ctx, "x"); return err })
+	write(t, b, "x", "f", "B, acknowledged")
+	// B's lease ends too; B's Manager does not know yet: x has no owner
+	// key now.
+	if err := aco.Revoke(ctx, bl.lastID()); err != nil {
+		t.Fatal(err)
+	}
+	al.lose() // A learns of its loss, gets a new lease, claims again
+	eventually(t, "A's write to x refused for good", func() error {
+		err := tryWrite(a, "x", "f", "A late")
+		switch {
+		case err == nil:
+			t.Fatalf("A's write to x after B took it over and lost its lease was applied: A claimed x again")
+		case errors.Is(err, syscall.EAGAIN):
+			return err // A is getting its new lease
+		case !errors.Is(err, syscall.EROFS):
+			t.Fatalf("A's write to x after B took it over: %v, want EROFS", err)
+		}
+		return nil
+	})
+	bl.lose() // B learns of its loss, and claims x back
+	eventually(t, "B owns x again", func() error { return tryWrite(b, "x", "g", "B again") })
+	if err := tryWrite(a, "x", "f", "A later"); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("A's write to x once B claimed it back: %v, want EROFS", err)
+	}
+	if got := read(t, b, "x", "f"); got != "B, acknowledged" {
+		t.Fatalf("x/f on b: %q, want B's acknowledged write", got)
 	}
 }

@@ -288,11 +288,28 @@ func (m *Manager) reclaimOwned(ctx context.Context, ids []BranchID) (failed []Br
 			m.opts.Logger.Warn("branches: revoking the lease of an earlier process of this server", "lease", id, "err", err)
 		}
 	}
-	for _, id := range append(mine, ids...) {
+	// A branch another server took over meanwhile is its, whether or not
+	// its owner key is still there (that server may have lost its own
+	// lease since, and claims it again): the stored record names the
+	// server that took it over (takeover writes it once it claimed), and
+	// this server's copy may not have caught up with it yet.
+	cands := append(mine, ids...)
+	takenBy, err := m.storedOwners(ctx, cands)
+	if err != nil {
+		m.opts.Logger.Warn("branches: reading the records of branches this server owned", "err", err)
+		return ids
+	}
+	for _, id := range cands {
 		m.mu.RLock()
 		b := m.byID[id]
 		m.mu.RUnlock()
 		if b == nil || b.rec.State != StateLive {
+			continue
+		}
+		if o := takenBy[id]; o != "" && o != m.opts.Server {
+			m.mu.Lock()
+			m.setOwnedLocked(b, false)
+			m.mu.Unlock()
 			continue
 		}
 		ok, _, err := m.claim(ctx, id)
@@ -306,6 +323,31 @@ func (m *Manager) reclaimOwned(ctx context.Context, ids []BranchID) (failed []Br
 		m.mu.Unlock()
 	}
 	return failed
+}
+
+// storedOwners reads the owner named in the stored record of each of
+// ids ("" for a record that names none, or is gone).
+func (m *Manager) storedOwners(ctx context.Context, ids []BranchID) (map[BranchID]string, error) {
+	owners := make(map[BranchID]string, len(ids))
+	err := m.cow.KV().View(ctx, func(tx kv.Txn) error {
+		clear(owners)
+		for _, id := range ids {
+			v, err := tx.Get(branchKey(id))
+			if errors.Is(err, kv.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			var r record
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("branches: corrupt record of branch id %d: %w", id, err)
+			}
+			owners[id] = r.Owner
+		}
+		return nil
+	})
+	return owners, err
 }
 
 // leaseLoop waits for the loss of the lease: this server then stops

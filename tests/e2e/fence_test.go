@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"syscall"
 	"testing"
 	"time"
@@ -14,8 +15,8 @@ import (
 
 // TestPausedOwnerIsFenced runs two servers on the 3-member etcd cluster
 // with a 2 s lease. In each round A forks a branch and writes f; A is
-// stopped (SIGSTOP) and a FILE_SYNC WRITE of f is sent to it, which waits
-// in its socket; once A's lease expired B takes the branch over and
+// stopped (SIGSTOP) and, once every thread of A is stopped, a FILE_SYNC
+// WRITE of f is sent to it, which waits in its socket; once A's lease expired B takes the branch over and
 // writes f, acknowledged; A is resumed (SIGCONT) 0.1, 0.6 or 2 s after
 // the takeover and reads its queued WRITE. That WRITE must fail
 // (NFS3ERR_ROFS or NFS3ERR_STALE, after NFS3ERR_JUKEBOX while A gets a
@@ -49,6 +50,21 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
+		// kill returns before A's threads have stopped: on a busy machine
+		// A could still serve the WRITE below, legitimately, as the owner.
+		// It is sent once every thread is stopped, so it waits in A's
+		// socket until the resume, after B's takeover.
+		ranAfterKill := -1 // threads of A still running right after the kill
+		eventually(t, "A stopped", func() error {
+			running, err := stoppedThreads(pid)
+			if ranAfterKill < 0 {
+				ranAfterKill = running
+			}
+			if err == nil && running > 0 {
+				err = fmt.Errorf("%d threads of A still run after SIGSTOP", running)
+			}
+			return err
+		})
 		resumed := false
 		resume := func() {
 			if !resumed {
@@ -96,7 +112,8 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 			got = writeLate()
 		}
 		if got.err != nil || (got.stat != nfs.NFS3ErrROFS && got.stat != nfs.NFS3ErrStale) {
-			t.Fatalf("round %d (resumed %v after the takeover): A's queued WRITE answered status %d (%v), want NFS3ERR_ROFS (30) or NFS3ERR_STALE (70)", round, delay, got.stat, got.err)
+			t.Fatalf("round %d (resumed %v after the takeover): A's queued WRITE answered status %d (%v), want NFS3ERR_ROFS (30) or NFS3ERR_STALE (70); %s",
+				round, delay, got.stat, got.err, whoseBytes(bk, ca, fh, late, fromB))
 		}
 		if got := mustRead(t, bk, "f"); !bytes.Equal(got, fromB) {
 			t.Fatalf("round %d (resumed %v after the takeover): f on B holds %q..., not B's acknowledged bytes", round, delay, got[:min(8, len(got))])
@@ -111,7 +128,7 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 			}
 			return nil
 		})
-		t.Logf("round %d: A resumed %v after B's takeover; its queued WRITE answered status %d after %d JUKEBOX answers", round, delay, got.stat, jukebox)
+		t.Logf("round %d: A resumed %v after B's takeover; its queued WRITE answered status %d after %d JUKEBOX answers (%d threads of A still ran right after the SIGSTOP)", round, delay, got.stat, jukebox, ranAfterKill)
 	}
 	mustCLI(t, b, "commit", "--force", last)
 	bmain, _ := cb.mount(t, "/main")
@@ -119,6 +136,31 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 	if got := mustRead(t, bmain, "f"); !bytes.Equal(got, bytes.Repeat([]byte{'B'}, size)) {
 		t.Fatalf("main's f after B committed %s: %q..., not B's acknowledged bytes", last, got[:min(8, len(got))])
 	}
+}
+
+// whoseBytes says whose bytes f holds on B (through bk) and on A
+// (through ca and fh): late, A's stale WRITE's, or fromB, B's
+// acknowledged ones.
+func whoseBytes(bk *nfs.Target, ca *conn, fh []byte, late, fromB []byte) string {
+	name := func(got []byte, err error) string {
+		switch {
+		case err != nil:
+			return err.Error()
+		case bytes.Equal(got, late):
+			return "A's stale bytes"
+		case bytes.Equal(got, fromB):
+			return "B's acknowledged bytes"
+		}
+		return fmt.Sprintf("%q...", got[:min(8, len(got))])
+	}
+	var onB []byte
+	f, err := bk.Open("f")
+	if err == nil {
+		onB, err = io.ReadAll(f)
+		f.Close()
+	}
+	onA, aerr := ca.readFH(fh)
+	return fmt.Sprintf("f holds %s on B and %s on A", name(onB, err), name(onA, aerr))
 }
 
 // nfs3ErrJukebox is NFS3ERR_JUKEBOX, which go-nfs-client does not name.
