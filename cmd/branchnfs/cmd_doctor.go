@@ -201,8 +201,19 @@ func doctor(ctx context.Context, o *doctorOptions) doctorReport {
 		add(doctorCheck{Name: "server", Status: checkWarn, Detail: fmt.Sprintf("no server answers on %s (%v)", where, err), Fix: fix})
 	}
 
-	add(checkStoreDir(dir))
-	add(o.checkDisk(dir))
+	if where != addr {
+		// The store is the server's, on the machine the API is
+		// forwarded from: nothing of it to check here.
+		why := "the server's store is where " + where + " forwards to, not on this machine"
+		if client != nil {
+			rep.Store = st.Store
+		}
+		add(doctorCheck{Name: "store-dir", Status: checkSkip, Detail: why})
+		add(doctorCheck{Name: "disk-space", Status: checkSkip, Detail: why})
+	} else {
+		add(checkStoreDir(dir))
+		add(o.checkDisk(dir))
+	}
 	add(o.checkStaleMounts(dir, client != nil, st.Port))
 	add(o.checkMountPoint(st.Mount))
 	add(o.checkCongestion())

@@ -454,6 +454,10 @@ func TestDoctorMounted(t *testing.T) {
 			t.Errorf("%s: %+v", n, got[n])
 		}
 	}
+	// The store is the server's, not on this machine.
+	if got["store-dir"].Status != checkSkip || got["disk-space"].Status != checkSkip || rep.Store != store {
+		t.Errorf("store checks through $BRANCHNFS_CONTROL: %+v %+v, store %q", got["store-dir"], got["disk-space"], rep.Store)
+	}
 	if !strings.Contains(got["mount"].Detail, filepath.Join(mnt, name)) {
 		t.Errorf("mount: %+v, want the checks in %s", got["mount"], filepath.Join(mnt, name))
 	}
