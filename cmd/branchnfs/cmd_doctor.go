@@ -57,6 +57,9 @@ type doctorOptions struct {
 	// NoMount: check the filesystem through the userspace client even
 	// where the OS's client could mount.
 	NoMount bool
+	// Mounted: a directory where the export / is already mounted; the
+	// filesystem checks run in its scratch branch's directory.
+	Mounted string
 
 	// What the checks read, replaced by tests.
 	goos      string
@@ -66,6 +69,9 @@ type doctorOptions struct {
 	cc        func() (string, error)              // TCP congestion control
 	fsOnMount func(ctx context.Context) bool      // nil: canMount
 	dial      func(addr string) (net.Conn, error) // nil: net.DialTimeout
+	// mountedWait: how long --mounted waits for the scratch branch to
+	// show in the mount (default 10s).
+	mountedWait time.Duration
 }
 
 func newDoctorCommand(g *globalOptions) *cobra.Command {
@@ -84,7 +90,13 @@ server, it forks a scratch branch and, through a mount by the OS's own
 client where one can be made (macOS as you; Linux as root), else through
 the built-in userspace NFS client, writes, reads, renames, fsyncs, locks
 (flock and fcntl, mount only), chmods, round-trips an NFC/NFD name, writes
-a large file and makes a symlink; then it removes the branch.`,
+a large file and makes a symlink; then it removes the branch. With
+--mounted DIR, where the export / is already mounted (e.g. by
+branchnfs mount / DIR, or in a VM), it runs those checks in DIR/BRANCH
+instead, through that mount's client, as any user.
+
+It reaches the server as the other commands do: the store's socket, or
+$BRANCHNFS_CONTROL (tcp://HOST:PORT, token in $BRANCHNFS_CONTROL_TOKEN).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDoctor(cmd.Context(), opts)
@@ -94,6 +106,7 @@ a large file and makes a symlink; then it removes the branch.`,
 	cmd.Flags().StringVar(&opts.Reserve, "reserve", "512MiB", "the free space serve keeps (serve --reserve)")
 	cmd.Flags().StringVar(&opts.MountDir, "mount-dir", "", "the directory you mount branches under (default: the server's --mount, else the suggested one)")
 	cmd.Flags().BoolVar(&opts.NoMount, "no-mount", false, "check the filesystem through the userspace client, without mounting")
+	cmd.Flags().StringVar(&opts.Mounted, "mounted", "", "check the filesystem in DIR/BRANCH of your existing mount of the export / at DIR, instead of mounting")
 	return cmd
 }
 
@@ -116,12 +129,18 @@ func (o *doctorOptions) ensureDefaults() {
 	if o.cc == nil {
 		o.cc = congestionControl
 	}
+	if o.mountedWait == 0 {
+		o.mountedWait = 10 * time.Second
+	}
 	if o.dial == nil {
 		o.dial = func(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, 2*time.Second) }
 	}
 }
 
 func runDoctor(ctx context.Context, o *doctorOptions) error {
+	if o.Mounted != "" && o.NoMount {
+		return usagef("--mounted and --no-mount: give one (--mounted checks through your mount, --no-mount through the userspace client)")
+	}
 	rep := doctor(ctx, o)
 	if o.JSON {
 		if err := writeJSON(o.stdout, rep); err != nil {
@@ -159,7 +178,15 @@ func doctor(ctx context.Context, o *doctorOptions) doctorReport {
 	// The server.
 	var client *control.Client
 	var st control.Status
-	if c, s, err := control.Dial(ctx, control.SocketPath(dir), dialTimeout); err == nil {
+	addr, where := control.SocketPath(dir), control.SocketPath(dir)
+	fix := "start it: branchnfs service install (keeps it running), or branchnfs serve"
+	if a := os.Getenv("BRANCHNFS_CONTROL"); a != "" {
+		// A forwarded API (tcp://HOST:PORT), as the other commands take
+		// it (openBackend), e.g. from inside a VM.
+		addr, where = a, "$BRANCHNFS_CONTROL="+a
+		fix = "check $BRANCHNFS_CONTROL (tcp://HOST:PORT forwarding the server's control socket) and $BRANCHNFS_CONTROL_TOKEN, or unset them"
+	}
+	if c, s, err := control.Dial(ctx, addr, dialTimeout); err == nil {
 		client, st = c, s
 		defer c.Close()
 		chk := doctorCheck{Name: "server", Status: checkOK,
@@ -171,12 +198,22 @@ func doctor(ctx context.Context, o *doctorOptions) doctorReport {
 		}
 		add(chk)
 	} else {
-		add(doctorCheck{Name: "server", Status: checkWarn, Detail: fmt.Sprintf("no server answers on %s (%v)", control.SocketPath(dir), err),
-			Fix: "start it: branchnfs service install (keeps it running), or branchnfs serve"})
+		add(doctorCheck{Name: "server", Status: checkWarn, Detail: fmt.Sprintf("no server answers on %s (%v)", where, err), Fix: fix})
 	}
 
-	add(checkStoreDir(dir))
-	add(o.checkDisk(dir))
+	if where != addr {
+		// The store is the server's, on the machine the API is
+		// forwarded from: nothing of it to check here.
+		why := "the server's store is where " + where + " forwards to, not on this machine"
+		if client != nil {
+			rep.Store = st.Store
+		}
+		add(doctorCheck{Name: "store-dir", Status: checkSkip, Detail: why})
+		add(doctorCheck{Name: "disk-space", Status: checkSkip, Detail: why})
+	} else {
+		add(checkStoreDir(dir))
+		add(o.checkDisk(dir))
+	}
 	add(o.checkStaleMounts(dir, client != nil, st.Port))
 	add(o.checkMountPoint(st.Mount))
 	add(o.checkCongestion())
@@ -480,9 +517,12 @@ func (o *doctorOptions) checkFilesystem(ctx context.Context, c *control.Client, 
 			onMount = canMount()
 		}
 	}
-	if onMount {
+	switch {
+	case o.Mounted != "":
+		out = o.mountedDirChecks(ctx, name)
+	case onMount:
 		out = o.mountedChecks(ctx, st, name)
-	} else {
+	default:
 		out = userspaceChecks(st, name)
 	}
 	cleanup := doctorCheck{Name: "cleanup", Status: checkOK, Detail: "aborted the scratch branch " + name}
@@ -519,6 +559,34 @@ func (o *doctorOptions) mountedChecks(ctx context.Context, st control.Status, na
 		out = append(out, doctorCheck{Name: "umount", Status: checkOK, Detail: dir})
 	}
 	return out
+}
+
+// mountedDirChecks runs fsChecks in the scratch branch's directory of
+// the user's mount of the export / at --mounted, once the branch shows
+// there.
+func (o *doctorOptions) mountedDirChecks(ctx context.Context, name string) []doctorCheck {
+	const fix = "give --mounted the directory where the export / is mounted (branchnfs mount / DIR --print shows how), with a short attribute cache (actimeo=0 or the printed options)"
+	if fi, err := os.Stat(o.Mounted); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return []doctorCheck{{Name: "mount", Status: checkFail, Detail: "--mounted " + o.Mounted + ": " + err.Error(), Fix: fix}}
+	}
+	dir := filepath.Join(o.Mounted, name)
+	deadline := time.Now().Add(o.mountedWait)
+	for {
+		fi, err := os.Stat(dir)
+		if err == nil && fi.IsDir() {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return []doctorCheck{{Name: "mount", Status: checkFail,
+				Detail: fmt.Sprintf("--mounted %s: the scratch branch %s does not show in it after %s", o.Mounted, name, o.mountedWait), Fix: fix}}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out := []doctorCheck{{Name: "mount", Status: checkOK, Detail: "already mounted: " + dir}}
+	return append(out, fsChecks(pathFS{dir})...)
 }
 
 // userspaceChecks runs fsChecks through the built-in NFS client.

@@ -9,10 +9,14 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/branchnfs/branchnfs/branches"
 	"github.com/branchnfs/branchnfs/internal/testbin"
+	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
 
 func TestDoctorStoreDir(t *testing.T) {
@@ -405,4 +409,104 @@ func TestDoctorAsUser(t *testing.T) {
 	}
 	os.Chmod(store, 0o700)
 	srv.Stop(t)
+}
+
+// TestDoctorMounted: doctor reaches the user's server through a TCP
+// forward of its control socket ($BRANCHNFS_CONTROL and its token, as in
+// a VM) and, with --mounted, runs the filesystem checks in DIR/BRANCH of
+// the mount it is given (here a plain directory standing in for a mount
+// of the export /, with the scratch branch's directory made ahead), then
+// aborts the branch. When the branch never shows there, the mount check
+// fails with the fix; without a server on $BRANCHNFS_CONTROL, the server
+// check names it.
+func TestDoctorMounted(t *testing.T) {
+	bin := branchnfsBinary(t)
+	home := userDir(t, "bnfs-doctor-mounted-")
+	store := filepath.Join(home, "store")
+	testbin.StartServer(t, bin, store, testbin.ServerOptions{User: asUser(), Env: []string{"HOME=" + home}})
+	token, err := control.ReadToken(control.TokenPath(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BRANCHNFS_CONTROL", "tcp://127.0.0.1:"+strconv.Itoa(testbin.ForwardUnix(t, control.SocketPath(store))))
+	t.Setenv("BRANCHNFS_CONTROL_TOKEN", token)
+	t.Setenv("BRANCHNFS_STORE", "")
+
+	mnt := t.TempDir()
+	name := doctorBranchPrefix + strconv.Itoa(os.Getpid())
+	if err := os.Mkdir(filepath.Join(mnt, name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	opts := func(mounted string) *doctorOptions {
+		return &doctorOptions{
+			globalOptions: &globalOptions{Store: filepath.Join(t.TempDir(), "no-store-here")},
+			Reserve:       "1MiB", Mounted: mounted, home: t.TempDir(), mountedWait: 300 * time.Millisecond,
+			mountinfo: func() (string, error) { return "", nil },
+		}
+	}
+	rep := doctor(t.Context(), opts(mnt))
+	got := map[string]doctorCheck{}
+	for _, c := range rep.Checks {
+		got[c.Name] = c
+	}
+	for _, n := range []string{"server", "mount", "fs-write", "fs-read", "fs-fsync", "fs-rename", "fs-lock", "fs-chmod", "fs-large-file", "fs-symlink", "cleanup"} {
+		if got[n].Status != checkOK {
+			t.Errorf("%s: %+v", n, got[n])
+		}
+	}
+	// The store is the server's, not on this machine.
+	if got["store-dir"].Status != checkSkip || got["disk-space"].Status != checkSkip || rep.Store != store {
+		t.Errorf("store checks through $BRANCHNFS_CONTROL: %+v %+v, store %q", got["store-dir"], got["disk-space"], rep.Store)
+	}
+	if !strings.Contains(got["mount"].Detail, filepath.Join(mnt, name)) {
+		t.Errorf("mount: %+v, want the checks in %s", got["mount"], filepath.Join(mnt, name))
+	}
+	// A plain directory is not form-insensitive: the one check that
+	// tells it from the server.
+	if got["fs-unicode"].Status != checkFail {
+		t.Errorf("fs-unicode on a plain directory: %+v", got["fs-unicode"])
+	}
+	if _, err := os.Stat(filepath.Join(mnt, name, "large.bin")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("large.bin left in the mount: %v", err)
+	}
+	if _, ok := got["nfs-mount"]; ok {
+		t.Errorf("--mounted also checked through the userspace client: %+v", got["nfs-mount"])
+	}
+	c, _, err := control.Dial(t.Context(), os.Getenv("BRANCHNFS_CONTROL"), dialTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bs, err := c.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bs {
+		if b.Name == name && b.State != branches.StateAborted {
+			t.Errorf("the scratch branch is left: %+v", b)
+		}
+	}
+
+	// The branch does not show in the directory given.
+	rep = doctor(t.Context(), opts(t.TempDir()))
+	got = map[string]doctorCheck{}
+	for _, c := range rep.Checks {
+		got[c.Name] = c
+	}
+	if rep.OK || got["mount"].Status != checkFail || !strings.Contains(got["mount"].Detail, "does not show") ||
+		!strings.Contains(got["mount"].Fix, "export /") || got["cleanup"].Status != checkOK || got["fs-write"].Status != "" {
+		t.Errorf("--mounted where the branch does not show: %+v", rep.Checks)
+	}
+
+	// No server on $BRANCHNFS_CONTROL.
+	t.Setenv("BRANCHNFS_CONTROL", "tcp://127.0.0.1:"+strconv.Itoa(freePort(t)))
+	rep = doctor(t.Context(), opts(mnt))
+	got = map[string]doctorCheck{}
+	for _, c := range rep.Checks {
+		got[c.Name] = c
+	}
+	if got["server"].Status != checkWarn || !strings.Contains(got["server"].Detail, "$BRANCHNFS_CONTROL=tcp://127.0.0.1:") ||
+		!strings.Contains(got["server"].Fix, "$BRANCHNFS_CONTROL") || got["filesystem"].Status != checkSkip {
+		t.Errorf("no server on $BRANCHNFS_CONTROL: %+v", rep.Checks)
+	}
 }

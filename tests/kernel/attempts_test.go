@@ -1,45 +1,14 @@
 package kernel
 
 import (
-	"io"
-	"net"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/branchnfs/branchnfs/internal/testbin"
 	"github.com/branchnfs/branchnfs/nfsserver/control"
 )
-
-// forwardControl forwards TCP connections on the host's loopback, which
-// the guest reaches as 10.0.2.2, to the server's control socket: the
-// guest's branchnfs finds it through $BRANCHNFS_CONTROL. It returns the
-// port.
-func forwardControl(t *testing.T, store string) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	sock := control.SocketPath(store)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("unix", sock)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go func() { io.Copy(u, c); u.Close() }()
-			go func() { io.Copy(c, u); c.Close() }()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // TestKernelAttempts runs testdata/attempts.sh: exec, race and a timeout
 // run by branchnfs inside the guest, in a kernel mount of the export /,
@@ -75,7 +44,7 @@ func TestKernelAttempts(t *testing.T) {
 	}
 	env := map[string]string{
 		"MOUNT_OPTS":              opts,
-		"BRANCHNFS_CONTROL":       "tcp://10.0.2.2:" + strconv.Itoa(forwardControl(t, srv.store)),
+		"BRANCHNFS_CONTROL":       "tcp://10.0.2.2:" + strconv.Itoa(testbin.ForwardUnix(t, control.SocketPath(srv.store))),
 		"BRANCHNFS_CONTROL_TOKEN": token,
 	}
 	runScenario(t, "attempts", srv, img, helper, env, actions, 8*time.Minute,

@@ -19,7 +19,9 @@
 // binary in the guest and runs exec and race there, in a kernel mount of the
 // export /; the guest's branchnfs reaches the server's API through a TCP
 // forward of its control socket on the host ($BRANCHNFS_CONTROL, with the
-// store's token in $BRANCHNFS_CONTROL_TOKEN).
+// store's token in $BRANCHNFS_CONTROL_TOKEN). There it also runs `branchnfs
+// doctor --json --mounted /mnt/all`: every filesystem check on doctor's
+// scratch branch must pass through the kernel client.
 //
 // The git scenario (testdata/git.sh, TestKernelGit) runs Debian's git as
 // uid 1000 in a kernel mount of a fork of main: a repository of 1,000

@@ -20,6 +20,22 @@ mount_root() {
 	nfsmount / /mnt/all actimeo=0 || fail "mount /"
 }
 
+# doctor in the guest: it reaches the server through $BRANCHNFS_CONTROL,
+# forks its scratch branch there, and runs every filesystem check in it
+# through the kernel mount of / (--mounted): each must be ok.
+doctor_through_kernel_client() {
+	timeout 120 /bin/branchnfs doctor --json --mounted /mnt/all > /tmp/doctor.json
+	rc=$?
+	bad=$(awk -F'"' '$2 == "name" { n = $4 } $2 == "status" { s[n] = $4 } $2 == "detail" { d[n] = $4 }
+		END { k = split("server mount fs-write fs-read fs-fsync fs-rename fs-lock fs-chmod fs-unicode fs-large-file fs-symlink cleanup", w, " ")
+			for (i = 1; i <= k; i++) if (s[w[i]] != "ok") printf "%s=%s (%s); ", w[i], s[w[i]], d[w[i]]
+			for (n in s) if (s[n] == "fail") printf "%s=fail (%s); ", n, d[n]
+			printf "checked" }' /tmp/doctor.json)
+	[ "$bad" = checked ] || { cat /tmp/doctor.json > /dev/console; fail "doctor through the kernel client (exit $rc): $bad"; }
+	expect_eq "$rc" 0 "doctor exit status"
+	[ -z "$(ls /mnt/all | grep '^doctor-')" ] || fail "doctor's scratch branch is left: $(ls /mnt/all)"
+}
+
 # Every byte the tree wrote, the leader's and a child's that finishes after
 # the leader exits, is in the parent after the commit, including pages
 # written through mmap after the file was closed, which nothing but
@@ -111,6 +127,7 @@ abort_during_write_storm() {
 }
 
 step mount_root mount_root
+step doctor_through_kernel_client doctor_through_kernel_client
 step exec_commits_every_byte exec_commits_every_byte
 step exec_timeout_write_storm exec_timeout_write_storm
 step race_kills_loser race_kills_loser
